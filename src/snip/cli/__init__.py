@@ -1,0 +1,66 @@
+"""The ``snip`` command line: thin wrappers over the library.
+
+Each subcommand lives in its own module here and exposes ``COMMAND`` (its name), ``HELP`` (one
+line), ``add_arguments(parser)`` and ``run(args) -> int``.  Modules are discovered automatically,
+so adding a command means adding a file.  User errors (``ValueError``, ``FileNotFoundError``,
+``TypeError`` raised for bad input) print one line and exit with code 2; nothing is lost because
+commands save before they fail.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+from collections.abc import Sequence
+
+
+class UserError(Exception):
+    """An error caused by the user's input: printed as one line, exit code 2."""
+
+
+def _commands() -> dict[str, object]:
+    found = {}
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if info.name.startswith("_"):
+            continue
+        mod = importlib.import_module(f"{__name__}.{info.name}")
+        if hasattr(mod, "COMMAND"):
+            found[mod.COMMAND] = mod
+    return found
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from snip import __version__
+
+    parser = argparse.ArgumentParser(prog="snip", description=(
+        "FP8 and sub-byte LLM training with adaptive per-layer precision (SNIP)."))
+    parser.add_argument("--version", action="version", version=f"snip {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, mod in _commands().items():
+        p = sub.add_parser(name, help=mod.HELP, description=mod.HELP,
+                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        mod.add_arguments(p)
+        p.set_defaults(_run=mod.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "_run", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args._run(args) or 0)
+    except (UserError, ValueError, FileNotFoundError, TypeError) as e:
+        print(f"snip {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"snip {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,147 @@
+"""Fake quantization (``quantize``) and real packed storage (``encode`` -> ``QTensor``).
+
+Both run the same pipeline, so ``encode(x, s).dequantize()`` equals ``quantize(x, s)`` bit for bit:
+
+1. optional randomized Hadamard rotation along the axis (:mod:`snip.formats.hadamard`);
+2. cut the tensor into blocks, one per scale (:class:`~snip.formats.scaling.BlockLayout`);
+3. compute each block's scale from its amax (:func:`~snip.formats.scaling.compute_scales`);
+4. multiply by the encode scale and round onto the element grid, saturating
+   (:func:`~snip.formats.cast.cast`);
+5. multiply the grid values by the decode scale, reassemble, rotate back.
+
+``quantize`` returns step 5 in the input's dtype; ``encode`` stops after step 4 and keeps the
+element codes packed (:mod:`snip.formats.codes`) beside the scales in their own storage format.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+
+from snip.formats import codes as C
+from snip.formats.cast import Rounding, as_rounding, cast, check_float_tensor, make_generator
+from snip.formats.hadamard import irht, rht
+from snip.formats.scaling import BlockLayout, Scales, compute_scales, e4m3_decode, e8m0_decode
+from snip.formats.spec import QuantSpec, ScaleFormat, Scaling, get_spec
+
+_NATIVE = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def _grid(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Rounding,
+          generator: torch.Generator | None) -> tuple[BlockLayout, torch.Tensor, Scales]:
+    """Steps 2-4 on an fp32 tensor: layout, grid values per block, scales."""
+    layout = BlockLayout.of(x, spec, axis)
+    blocks = layout.to_blocks(x)
+    scales = compute_scales(blocks, spec)
+    q = cast(blocks * scales.encode, spec.element, rounding, saturate=True, generator=generator)
+    return layout, q, scales
+
+
+def _resolve(x: torch.Tensor, spec: QuantSpec | str, rounding: Rounding | str | None,
+             generator: torch.Generator | int | None) -> tuple[QuantSpec, Rounding, torch.Generator | None]:
+    check_float_tensor(x)
+    spec = get_spec(spec)
+    mode = spec.rounding if rounding is None else as_rounding(rounding)
+    return spec, mode, make_generator(generator, x.device)
+
+
+def quantize(x: torch.Tensor, spec: QuantSpec | str, *, axis: int = -1,
+             rounding: Rounding | str | None = None,
+             generator: torch.Generator | int | None = None) -> torch.Tensor:
+    """Fake-quantize ``x`` (quantize, then dequantize) with a preset name or ``QuantSpec``.
+
+    Scales are shared along ``axis`` (the GEMM contraction axis); ``rounding`` overrides the
+    spec's rounding; ``generator`` (or an int seed) drives stochastic rounding.
+    """
+    spec, mode, gen = _resolve(x, spec, rounding, generator)
+    if x.numel() == 0 or spec.is_identity and x.dtype == torch.float32:
+        return x.clone()
+    if spec.scaling is Scaling.NONE:
+        return cast(x, spec.element, mode, saturate=True, generator=gen)
+    xf = x.float()
+    if spec.hadamard:
+        xf = rht(xf, spec.hadamard, spec.hadamard_seed, axis)
+    layout, q, scales = _grid(xf, spec, axis, mode, gen)
+    out = layout.from_blocks(q * scales.decode)
+    if spec.hadamard:
+        out = irht(out, spec.hadamard, spec.hadamard_seed, axis, x.shape[axis])
+    return out.to(x.dtype)
+
+
+@dataclass(frozen=True)
+class QTensor:
+    """A tensor in real low-precision storage: packed element codes plus scales.
+
+    ``codes`` is a flat uint8 buffer (two FP4 codes per byte, even element in the low nibble);
+    ``scales`` holds one scale per block in the spec's scale format (fp32, e8m0 biased exponents
+    as uint8, or float8_e4m3fn); ``tensor_scale`` is NVFP4's fp32 per-tensor decode scale.
+    """
+
+    codes: torch.Tensor
+    scales: torch.Tensor | None
+    tensor_scale: torch.Tensor | None
+    spec: QuantSpec
+    layout: BlockLayout | None
+    grid_shape: tuple[int, ...]  # (n_blocks, elements per block) of the codes, padding included
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    axis: int
+
+    @property
+    def nbytes(self) -> int:
+        parts = (self.codes, self.scales, self.tensor_scale)
+        return sum(p.numel() * p.element_size() for p in parts if p is not None)
+
+    @property
+    def bits_per_element(self) -> float:
+        n = max(1, torch.Size(self.shape).numel())
+        return 8.0 * self.nbytes / n
+
+    def dequantize(self, dtype: torch.dtype | None = None) -> torch.Tensor:
+        dtype = dtype or self.dtype
+        if self.layout is None:  # bf16 / fp16 / fp32 storage
+            native = _NATIVE[self.spec.element.name]
+            return self.codes.view(native).reshape(self.shape).to(dtype)
+        fmt = self.spec.element
+        n = torch.Size(self.grid_shape).numel()
+        q = C.decode_codes(C.unpack(self.codes, fmt.bits, n), fmt).view(self.grid_shape)
+        out = self.layout.from_blocks(q * self._scales().decode)
+        if self.spec.hadamard:
+            out = irht(out, self.spec.hadamard, self.spec.hadamard_seed, self.axis, self.shape[self.axis])
+        return out.to(dtype)
+
+    def _scales(self) -> Scales:
+        stored = self.scales.view(-1, 1)
+        if self.spec.scale_format is ScaleFormat.E8M0:
+            return e8m0_decode(stored)
+        if self.spec.scale_format is ScaleFormat.E4M3:
+            return e4m3_decode(stored, self.tensor_scale)
+        return Scales(stored, 1.0 / stored, stored)
+
+
+def encode(x: torch.Tensor, spec: QuantSpec | str, *, axis: int = -1,
+           rounding: Rounding | str | None = None,
+           generator: torch.Generator | int | None = None) -> QTensor:
+    """Quantize ``x`` into real packed storage; ``QTensor.dequantize()`` equals :func:`quantize`."""
+    spec, mode, gen = _resolve(x, spec, rounding, generator)
+    shape, dtype = tuple(x.shape), x.dtype
+    if spec.scaling is Scaling.NONE:
+        native = _NATIVE[spec.element.name]
+        q = cast(x, spec.element, mode, saturate=True, generator=gen).to(native)
+        return QTensor(q.reshape(-1).view(torch.uint8).clone(), None, None, spec, None,
+                       tuple(q.shape), shape, dtype, 0)
+    xf = x.float()
+    if spec.hadamard and x.numel():
+        xf = rht(xf, spec.hadamard, spec.hadamard_seed, axis)
+    layout, q, scales = _grid(xf, spec, axis, mode, gen)
+    codes = C.pack(C.encode_codes(q, spec.element), spec.element.bits)
+    stored = scales.stored.reshape(-1)
+    return QTensor(codes, stored, scales.tensor_scale, spec, layout, tuple(q.shape), shape, dtype,
+                   axis % max(1, x.dim()))
+
+
+def replace_spec(spec: QuantSpec | str, **changes) -> QuantSpec:
+    """A copy of a preset with some fields changed, e.g. ``replace_spec("mxfp4", block=16)``."""
+    return dataclasses.replace(get_spec(spec), **changes)
