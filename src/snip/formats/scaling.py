@@ -152,7 +152,10 @@ def e8m0_decode(biased: torch.Tensor) -> Scales:
 
 def nvfp4_encode_scale(x_amax: torch.Tensor, spec: QuantSpec) -> torch.Tensor:
     """NVFP4's fp32 per-tensor encode scale ``S_enc = min(448*6 / amax, FLT_MAX)`` (1 if 0)."""
-    s_enc = (448.0 * spec.element.max_normal / x_amax.float()).clamp(max=FLT_MAX)
+    # torch.div, not ``2688.0 / t``: a Python scalar divided by a tensor is computed as
+    # ``t.reciprocal() * 2688`` (two roundings), which disagrees with the chain in the last bit.
+    num = torch.tensor(448.0 * spec.element.max_normal, dtype=torch.float32, device=x_amax.device)
+    s_enc = torch.div(num, x_amax.float()).clamp(max=FLT_MAX)
     return torch.where((x_amax == 0) | (s_enc == 0), torch.ones_like(s_enc), s_enc)
 
 

@@ -1,0 +1,159 @@
+"""Bridges to Hugging Face `transformers` Llama-family models (an optional dependency).
+
+Three jobs:
+
+- `tiny_hf_model(arch)` builds a small randomly initialized Llama, Qwen2 or Mistral model from a
+  hand-written config, offline, so tests and examples can exercise quantization of real HF
+  modules without downloading anything.
+- `hf_linear_layers(model)` lists the decoder projections (q/k/v/o, gate/up/down) that
+  `snip.nn.convert` would quantize; `lm_head` is left out like our `output`.
+- `from_hf_llama(hf_model)` copies a `LlamaForCausalLM` (or a Mistral model without sliding
+  window) into our `Transformer`. The mapping is one to one because our RoPE pairs coordinates
+  i and i + head_dim/2 exactly like HF's `rotate_half`, so no q/k row permutation is needed:
+
+      model.embed_tokens                    -> tok_embeddings
+      model.layers.i.self_attn.{q,k,v,o}_proj -> layers.i.attention.{wq,wk,wv,wo}
+      model.layers.i.mlp.gate_proj / up_proj / down_proj -> layers.i.feed_forward.w1 / w3 / w2
+      model.layers.i.input_layernorm        -> layers.i.attention_norm
+      model.layers.i.post_attention_layernorm -> layers.i.ffn_norm
+      model.norm / lm_head                  -> norm / output
+
+`transformers` is imported only inside these functions; without it they raise an ImportError
+that says how to install it.
+"""
+
+from __future__ import annotations
+
+import re
+from types import ModuleType
+
+import torch
+import torch.nn as nn
+
+from snip.models.configs import ModelConfig
+from snip.models.llama import Transformer, build_model
+
+HF_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+TINY_ARCHS = ("llama", "qwen2", "mistral")
+
+
+def _transformers() -> ModuleType:
+    try:
+        import transformers
+    except ImportError as e:
+        raise ImportError(
+            "this feature needs Hugging Face transformers: pip install 'snip[hf]'"
+        ) from e
+    return transformers
+
+
+def tiny_hf_model(arch: str = "llama", seed: int = 0) -> nn.Module:
+    """A small random `{Llama,Qwen2,Mistral}ForCausalLM` (hidden 64, 2 layers, 4 heads with
+    2 KV heads, vocab 256), built offline; the global RNG state is left untouched."""
+    if arch not in TINY_ARCHS:
+        raise ValueError(f"unknown arch {arch!r}; valid: {', '.join(TINY_ARCHS)}")
+    tf = _transformers()
+    shape = dict(
+        vocab_size=256, hidden_size=64, intermediate_size=192, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+        rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
+    )
+    if arch == "llama":
+        config, cls = tf.LlamaConfig(**shape), tf.LlamaForCausalLM
+    elif arch == "qwen2":  # Qwen2 has q/k/v biases; keep full attention, no sliding window
+        config, cls = tf.Qwen2Config(**shape, use_sliding_window=False), tf.Qwen2ForCausalLM
+    else:
+        config, cls = tf.MistralConfig(**shape, sliding_window=None), tf.MistralForCausalLM
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = cls(config)
+    return model.eval()
+
+
+def hf_linear_layers(model: nn.Module) -> list[tuple[str, nn.Linear]]:
+    """(name, module) for every decoder projection of an HF Llama-family model, in order."""
+    return [
+        (name, m)
+        for name, m in model.named_modules()
+        if isinstance(m, nn.Linear) and name.rsplit(".", 1)[-1] in HF_PROJECTIONS
+    ]
+
+
+def _rope_theta(hf_config) -> float:
+    # transformers >= 5 keeps RoPE settings in `rope_parameters`; 4.x used rope_theta/rope_scaling.
+    params = getattr(hf_config, "rope_parameters", None) or getattr(
+        hf_config, "rope_scaling", None
+    ) or {}
+    rope_type = params.get("rope_type", params.get("type", "default"))
+    if rope_type != "default":
+        raise ValueError(
+            f"rope_type={rope_type!r} (RoPE scaling) is not supported by snip's Transformer; "
+            "only the default RoPE converts exactly"
+        )
+    return float(params.get("rope_theta", getattr(hf_config, "rope_theta", 10000.0)))
+
+
+def config_from_hf(hf_config) -> ModelConfig:
+    """Our ModelConfig for an HF LlamaConfig (or MistralConfig without sliding window)."""
+    kind = getattr(hf_config, "model_type", None)
+    if kind not in ("llama", "mistral"):
+        raise ValueError(f"model_type {kind!r} cannot be converted; expected 'llama' or 'mistral'")
+    for flag in ("attention_bias", "mlp_bias"):
+        if getattr(hf_config, flag, False):
+            raise ValueError(f"{flag}=True is not supported: snip's projections have no bias")
+    window = getattr(hf_config, "sliding_window", None)
+    if window is not None and window < hf_config.max_position_embeddings:
+        raise ValueError(f"sliding_window={window} is not supported: snip uses full attention")
+    cfg = ModelConfig(
+        dim=hf_config.hidden_size,
+        n_layers=hf_config.num_hidden_layers,
+        n_heads=hf_config.num_attention_heads,
+        n_kv_heads=hf_config.num_key_value_heads,
+        vocab_size=hf_config.vocab_size,
+        ffn_hidden=hf_config.intermediate_size,
+        max_seq_len=hf_config.max_position_embeddings,
+        norm_eps=hf_config.rms_norm_eps,
+        rope_theta=_rope_theta(hf_config),
+        tie_embeddings=bool(getattr(hf_config, "tie_word_embeddings", False)),
+    )
+    head_dim = getattr(hf_config, "head_dim", None)
+    if head_dim is not None and head_dim != cfg.head_dim:
+        raise ValueError(f"head_dim={head_dim} != hidden_size / num_attention_heads")
+    return cfg
+
+
+_RENAMES = [  # (HF regex, our name), applied to each state-dict key
+    (r"^model\.embed_tokens\.", "tok_embeddings."),
+    (r"^model\.norm\.", "norm."),
+    (r"^lm_head\.", "output."),
+    (r"^model\.layers\.(\d+)\.self_attn\.q_proj\.", r"layers.\1.attention.wq."),
+    (r"^model\.layers\.(\d+)\.self_attn\.k_proj\.", r"layers.\1.attention.wk."),
+    (r"^model\.layers\.(\d+)\.self_attn\.v_proj\.", r"layers.\1.attention.wv."),
+    (r"^model\.layers\.(\d+)\.self_attn\.o_proj\.", r"layers.\1.attention.wo."),
+    (r"^model\.layers\.(\d+)\.mlp\.gate_proj\.", r"layers.\1.feed_forward.w1."),
+    (r"^model\.layers\.(\d+)\.mlp\.up_proj\.", r"layers.\1.feed_forward.w3."),
+    (r"^model\.layers\.(\d+)\.mlp\.down_proj\.", r"layers.\1.feed_forward.w2."),
+    (r"^model\.layers\.(\d+)\.input_layernorm\.", r"layers.\1.attention_norm."),
+    (r"^model\.layers\.(\d+)\.post_attention_layernorm\.", r"layers.\1.ffn_norm."),
+]
+
+
+def _rename(hf_key: str) -> str:
+    for pattern, replacement in _RENAMES:
+        key, n = re.subn(pattern, replacement, hf_key)
+        if n:
+            return key
+    raise ValueError(f"no snip name for Hugging Face parameter {hf_key!r}")
+
+
+def from_hf_llama(hf_model: nn.Module) -> Transformer:
+    """Our Transformer holding a copy of `hf_model`'s weights (same dtype, on the CPU)."""
+    cfg = config_from_hf(hf_model.config)
+    hf_state = hf_model.state_dict()
+    dtype = next(iter(hf_state.values())).dtype
+    model = build_model(cfg, dtype=dtype)
+    state = {_rename(k): v for k, v in hf_state.items() if "rotary_emb" not in k}
+    if cfg.tie_embeddings:  # HF may omit the tied head from its state dict
+        state.setdefault("output.weight", state["tok_embeddings.weight"])
+    model.load_state_dict(state, strict=True)
+    return model.eval()

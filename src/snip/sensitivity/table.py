@@ -1,0 +1,237 @@
+"""``SensitivityTable``: what the planner knows about each linear layer, as versioned JSON.
+
+One table is the output of one statistics cycle (:mod:`snip.sensitivity.estimate`) and the input
+of the planner (:func:`snip.planner.solve`).  For every linear layer ``l`` it stores
+
+* its shape and the FLOPs of each GEMM (``2 T K M`` for ``T`` tokens, as in
+  :func:`snip.plan.gemm_flops`);
+* the Frobenius-norm statistics of one high-precision step (inputs, weights, outputs, output
+  gradients, input gradients, weight gradients) and the AdamW state summary;
+* the relative quantization error ``||Q_p(T) - T|| / ||T||`` of each operand ``T`` for each
+  candidate format ``p`` (the local-error baseline reads these);
+* per GEMM ``g`` and candidate ``p`` a :class:`Metric`: the raw loss divergence ``dL`` (forward,
+  nats), the raw weight divergence ``dW`` (backward, squared update deviation) and their
+  normalised forms, which are what the ILP adds up.
+
+Which GEMM carries which metric (docs/snip.md derives this): quantizing ``fprop`` perturbs the
+loss (``dL``); quantizing ``wgrad`` perturbs this layer's own weight gradient and ``dgrad``
+perturbs every upstream weight gradient (both ``dW``).  A per-layer decision sums the three.
+
+Normalisation (:class:`Normalization`):
+
+* ``SUM`` (default): ``dL_hat = dL / sum_l max_p dL_l``, ``dW_hat = dW / sum_{l,g} max_p dW_{l,g}``
+  -- each metric sums to 1 over the model at its worst candidate, so the unweighted objective
+  ``dL_hat + dW_hat`` weighs forward and backward damage equally.
+* ``RELATIVE``: ``dL / L`` (relative loss increase) and ``dW / ||theta||^2`` (relative drift).
+
+Negative raw estimates (the curvature estimate is stochastic) are clamped to zero when
+normalising; the raw values are kept as measured.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from snip.nn.specs import Gemm
+
+TABLE_VERSION = 1
+GEMMS = tuple(g.value for g in Gemm)
+
+
+class Normalization(enum.Enum):
+    SUM = "sum"
+    RELATIVE = "relative"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Metric:
+    """Divergences of one GEMM of one layer at one candidate format."""
+
+    loss_div: float = 0.0
+    weight_div: float = 0.0
+    loss_div_norm: float = 0.0
+    weight_div_norm: float = 0.0
+
+    @property
+    def objective(self) -> float:
+        """What the ILP minimises: normalised loss plus normalised weight divergence."""
+        return self.loss_div_norm + self.weight_div_norm
+
+    def to_dict(self) -> dict[str, float]:
+        return {"loss_div": self.loss_div, "weight_div": self.weight_div,
+                "loss_div_norm": self.loss_div_norm, "weight_div_norm": self.weight_div_norm}
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayerEntry:
+    """Everything recorded about one linear layer."""
+
+    in_features: int
+    out_features: int
+    flops: dict[str, float]
+    metrics: dict[str, dict[str, Metric]]  # gemm -> candidate -> Metric
+    rel_err: dict[str, dict[str, float]] = field(default_factory=dict)  # cand -> operand -> err
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    def metric(self, gemm: Gemm | str, candidate: str) -> Metric:
+        g = Gemm(gemm).value
+        try:
+            return self.metrics[g][candidate]
+        except KeyError:
+            raise ValueError(f"sensitivity table has no {g} metric for candidate {candidate!r}; "
+                             f"measured candidates: {sorted(self.metrics.get(g, {}))}") from None
+
+    @property
+    def params(self) -> int:
+        return self.in_features * self.out_features
+
+    def to_dict(self) -> dict:
+        return {"in_features": self.in_features, "out_features": self.out_features,
+                "flops": dict(self.flops), "stats": self.stats, "rel_err": self.rel_err,
+                "metrics": {g: {c: m.to_dict() for c, m in cs.items()}
+                            for g, cs in self.metrics.items()}}
+
+    @classmethod
+    def from_dict(cls, name: str, d: Mapping) -> LayerEntry:
+        try:
+            return cls(in_features=int(d["in_features"]), out_features=int(d["out_features"]),
+                       flops={g: float(d["flops"][g]) for g in GEMMS},
+                       metrics={g: {c: Metric(**m) for c, m in d["metrics"][g].items()}
+                                for g in GEMMS},
+                       rel_err=dict(d.get("rel_err", {})), stats=dict(d.get("stats", {})))
+        except (KeyError, TypeError) as e:
+            raise ValueError(f"sensitivity table layer {name!r} is malformed (missing {e}); "
+                             f"regenerate it with this version of snip") from None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SensitivityTable:
+    """Per layer, per GEMM, per candidate format divergences (see the module docstring)."""
+
+    candidates: tuple[str, ...]
+    layers: dict[str, LayerEntry]
+    tokens: int = 1
+    loss: float = float("nan")
+    step: int | None = None
+    normalization: Normalization = Normalization.SUM
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "candidates", tuple(self.candidates))
+        object.__setattr__(self, "normalization", Normalization(self.normalization))
+        if not self.layers:
+            raise ValueError("a sensitivity table needs at least one layer")
+        for name, entry in self.layers.items():
+            for c in self.candidates:
+                for g in GEMMS:
+                    entry.metric(g, c)  # raises naming the missing candidate
+            if set(entry.flops) != set(GEMMS):
+                raise ValueError(f"layer {name!r}: flops must have keys {GEMMS}")
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.layers)
+
+    # -- JSON ------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict:
+        return {"version": TABLE_VERSION, "candidates": list(self.candidates),
+                "tokens": self.tokens, "loss": _finite_or_none(self.loss), "step": self.step,
+                "normalization": self.normalization.value, "meta": self.meta,
+                "layers": {n: e.to_dict() for n, e in self.layers.items()}}
+
+    def to_json(self, path: str | Path | None = None) -> str:
+        text = json.dumps(self.to_dict(), indent=1)
+        if path is not None:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).write_text(text + "\n")
+        return text
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> SensitivityTable:
+        if d.get("version") != TABLE_VERSION:
+            raise ValueError(f"unsupported sensitivity table version {d.get('version')!r}; "
+                             f"this snip reads version {TABLE_VERSION}")
+        loss = d.get("loss")
+        return cls(candidates=tuple(d["candidates"]), tokens=int(d.get("tokens", 1)),
+                   loss=float("nan") if loss is None else float(loss), step=d.get("step"),
+                   normalization=Normalization(d.get("normalization", "sum")),
+                   meta=dict(d.get("meta", {})),
+                   layers={n: LayerEntry.from_dict(n, e) for n, e in d["layers"].items()})
+
+    @classmethod
+    def from_json(cls, source: str | Path) -> SensitivityTable:
+        path = Path(source)
+        if not path.is_file():
+            raise FileNotFoundError(f"sensitivity table not found: {path}")
+        try:
+            return cls.from_dict(json.loads(path.read_text()))
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path} is not valid JSON: {e}") from None
+
+
+def _finite_or_none(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def normalize(raw: Mapping[str, Mapping[str, Mapping[str, tuple[float, float]]]],
+              mode: Normalization = Normalization.SUM, *, loss: float = 1.0,
+              weight_sq: float = 1.0) -> dict[str, dict[str, dict[str, Metric]]]:
+    """Raw ``{layer: {gemm: {cand: (dL, dW)}}}`` -> :class:`Metric` with normalised forms."""
+    mode = Normalization(mode)
+    if mode is Normalization.SUM:
+        zl = sum(max(max(v[0], 0.0) for v in g.values()) for lay in raw.values()
+                 for g in lay.values())
+        zw = sum(max(max(v[1], 0.0) for v in g.values()) for lay in raw.values()
+                 for g in lay.values())
+    else:
+        zl, zw = abs(loss), weight_sq
+    zl = zl if zl > 0 else 1.0
+    zw = zw if zw > 0 else 1.0
+    return {n: {g: {c: Metric(loss_div=dl, weight_div=dw, loss_div_norm=max(dl, 0.0) / zl,
+                              weight_div_norm=max(dw, 0.0) / zw)
+                    for c, (dl, dw) in cs.items()} for g, cs in lay.items()}
+            for n, lay in raw.items()}
+
+
+def synthetic_table(n_layers: int, candidates: tuple[str, ...], *, seed: int = 0,
+                    shapes: Mapping[str, tuple[int, int]] | None = None,
+                    tokens: int = 4096) -> SensitivityTable:
+    """A random but plausible table (for tests and planner benchmarks): coarser formats get
+    larger divergences, sizes vary per layer type."""
+    import numpy as np
+
+    from snip.formats import get_spec
+
+    rng = np.random.default_rng(seed)
+    shapes = shapes or {"wq": (512, 512), "wk": (512, 128), "wv": (512, 128), "wo": (512, 512),
+                        "w1": (512, 1536), "w2": (1536, 512), "w3": (512, 1536)}
+    raw, info = {}, {}
+    for i in range(n_layers):
+        for t, (k, m) in shapes.items():
+            name = f"layers.{i}.{t}"
+            info[name] = (k, m)
+            raw[name] = {}
+            for g in GEMMS:
+                base = rng.lognormal(0.0, 1.0)
+                raw[name][g] = {}
+                for c in candidates:
+                    scale = 4.0 ** (8 - min(get_spec(c).bits, 16) / 2)  # 4 bits >> 8 bits
+                    dl = base * scale * rng.uniform(0.5, 1.5) if g == "fprop" else 0.0
+                    dw = 0.0 if g == "fprop" else base * scale * rng.uniform(0.5, 1.5)
+                    raw[name][g][c] = (dl, dw)
+    metrics = normalize(raw)
+    layers = {n: LayerEntry(in_features=k, out_features=m,
+                            flops=dict.fromkeys(GEMMS, 2.0 * tokens * k * m), metrics=metrics[n],
+                            rel_err={c: {"x": 0.1 * rng.uniform(0.5, 2) * (8 / get_spec(c).bits),
+                                         "w": 0.1 * rng.uniform(0.5, 2) * (8 / get_spec(c).bits),
+                                         "dy": 0.1 * rng.uniform(0.5, 2) * (8 / get_spec(c).bits)}
+                                     for c in candidates})
+              for n, (k, m) in info.items()}
+    return SensitivityTable(candidates=candidates, layers=layers, tokens=tokens)

@@ -1,0 +1,249 @@
+"""Checkpoints that resume exactly and survive being killed mid-write.
+
+A checkpoint is one directory ``checkpoints/step_<N>/`` (N = optimizer steps completed)::
+
+    model.safetensors   weights (tied tensors stored once)
+    optimizer.pt        torch optimizer state_dict (AdamW moments and step counts)
+    rng.pt              torch CPU/CUDA, numpy and Python RNG states
+    controller.pt       the precision controller's state_dict (adaptive runs)
+    plan.json           the precision plan in force
+    config.toml         the run's resolved config
+    meta.json           step, counters, model shape, tokenizer, and a manifest (size + sha256 of
+                        every other file); written last
+
+Exact resume needs everything that decides the next loss: weights, optimizer moments, the RNG
+streams, the plan and the data position. The data pipeline is a pure function of the step, so
+the step *is* the data position.
+
+Atomicity: everything is written into a hidden ``.tmp-step_<N>-<pid>`` directory, fsynced, and
+then renamed into place with ``os.replace``; a rename is atomic on POSIX, so a kill at any moment
+leaves either the old set of checkpoints or the new one, never a half-written ``step_<N>``.
+Leftover temporary directories are ignored and cleaned up by the next save. Loading verifies the
+manifest, so a checkpoint damaged later (disk full, copied halfway) is reported by name together
+with the newest older checkpoint that is still good.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_model, save_model
+from torch import nn
+
+PREFIX = "step_"
+# Test hook: "STEP:SECONDS" sleeps inside the write of checkpoint STEP (after the weights are
+# written, before the rename), so a test can kill the process exactly there.
+PAUSE_ENV = "SNIP_CHECKPOINT_PAUSE"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used (user-facing: exit code 2 from the CLI)."""
+
+
+@dataclass
+class Checkpoint:
+    path: Path
+    step: int
+    meta: dict[str, Any]
+    plan: dict[str, Any]
+    optimizer: dict[str, Any]
+    rng: dict[str, Any]
+    controller: dict[str, Any] | None
+
+    def load_weights(self, model: nn.Module) -> None:
+        missing, unexpected = load_model(model, self.path / "model.safetensors", strict=False)
+        if missing or unexpected:
+            raise CheckpointError(f"checkpoint {self.path} does not fit this model (missing "
+                                  f"{sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]})")
+
+
+def step_dir(root: Path, step: int) -> Path:
+    return root / f"{PREFIX}{step:06d}"
+
+
+def list_checkpoints(root: Path) -> list[Path]:
+    """Complete checkpoints under ``root``, oldest first (temporary directories excluded)."""
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith(PREFIX)
+             and p.name[len(PREFIX):].isdigit()]
+    return sorted(found, key=lambda p: int(p.name[len(PREFIX):]))
+
+
+# --------------------------------------------------------------------------------------------
+# Saving
+
+
+def capture_rng() -> dict[str, Any]:
+    np_state = np.random.get_state()
+    return {
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), *np_state[2:]],
+        "python": list(random.getstate()[1]) + [random.getstate()[0]] + [random.getstate()[2]],
+    }
+
+
+def restore_rng(rng: dict[str, Any]) -> None:
+    torch.set_rng_state(rng["torch"])
+    if rng["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(rng["cuda"])
+    kind, keys, *rest = rng["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), *rest))
+    *internal, version, gauss = rng["python"]
+    random.setstate((version, tuple(internal), gauss))
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _maybe_pause(step: int) -> None:
+    spec = os.environ.get(PAUSE_ENV, "")
+    if spec and int(spec.split(":")[0]) == step:
+        print(f"[{PAUSE_ENV}] pausing inside checkpoint write of step {step}", flush=True)
+        time.sleep(float(spec.split(":")[1]))
+
+
+def save(root: Path, step: int, *, model: nn.Module, optimizer: torch.optim.Optimizer,
+         plan: dict[str, Any], config_toml: str, meta: dict[str, Any],
+         controller: dict[str, Any] | None = None, keep: int | None = None) -> Path:
+    """Write checkpoint ``step`` atomically, then keep only the newest ``keep``."""
+    root.mkdir(parents=True, exist_ok=True)
+    final = step_dir(root, step)
+    tmp = root / f".tmp-{final.name}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    save_model(model, str(tmp / "model.safetensors"))
+    _maybe_pause(step)
+    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+    torch.save(capture_rng(), tmp / "rng.pt")
+    if controller is not None:
+        torch.save(controller, tmp / "controller.pt")
+    (tmp / "plan.json").write_text(json.dumps(plan, indent=2) + "\n")
+    (tmp / "config.toml").write_text(config_toml)
+    files = sorted(p for p in tmp.iterdir())
+    manifest = {p.name: {"size": p.stat().st_size, "sha256": _sha256(p)} for p in files}
+    (tmp / "meta.json").write_text(json.dumps({**meta, "step": step, "files": manifest},
+                                              indent=2) + "\n")
+    for p in tmp.iterdir():
+        _fsync(p)
+    _fsync(tmp)
+    _replace_dir(tmp, final)
+    _fsync(root)
+    _cleanup(root, keep)
+    return final
+
+
+def _replace_dir(tmp: Path, final: Path) -> None:
+    # os.replace cannot rename over a non-empty directory: move the old one aside first (only
+    # happens when a resumed run re-saves a step it had saved before).
+    if final.exists():
+        old = final.with_name(f".old-{final.name}-{os.getpid()}")
+        os.replace(final, old)
+        os.replace(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, final)
+
+
+def _cleanup(root: Path, keep: int | None) -> None:
+    for p in root.iterdir():
+        if p.name.startswith((".tmp-", ".old-")) and not p.name.endswith(f"-{os.getpid()}"):
+            shutil.rmtree(p, ignore_errors=True)
+    if keep:
+        for p in list_checkpoints(root)[:-keep]:
+            shutil.rmtree(p, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Loading
+
+
+def _check(path: Path) -> dict[str, Any]:
+    """meta.json of ``path`` after checking every file against its manifest."""
+    try:
+        meta = json.loads((path / "meta.json").read_text())
+        manifest = meta["files"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise CheckpointError(f"checkpoint {path} is incomplete or corrupt (meta.json: "
+                              f"{type(e).__name__})") from None
+    for name, entry in manifest.items():
+        f = path / name
+        if not f.is_file() or f.stat().st_size != entry["size"] or _sha256(f) != entry["sha256"]:
+            raise CheckpointError(f"checkpoint {path} is corrupt or truncated ({name} does not "
+                                  "match its manifest)")
+    return meta
+
+
+def verify(path: Path) -> dict[str, Any]:
+    """Like `_check`, and a failure names the newest older checkpoint that is still good."""
+    try:
+        return _check(path)
+    except CheckpointError as e:
+        raise CheckpointError(f"{e}{_previous_hint(path)}") from None
+
+
+def _previous_hint(path: Path) -> str:
+    older = [p for p in list_checkpoints(path.parent) if p.name < path.name]
+    for p in reversed(older):
+        try:
+            _check(p)
+        except CheckpointError:
+            continue
+        return f"; the previous good checkpoint is {p} (resume with --resume {p})"
+    return "; no older good checkpoint exists"
+
+
+def find(path: Path) -> Path:
+    """A checkpoint directory from a run directory (its newest checkpoint) or a checkpoint."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"--resume: {path} does not exist")
+    if (path / "meta.json").is_file() or path.name.startswith(PREFIX):
+        return path
+    found = list_checkpoints(path / "checkpoints")
+    if not found:
+        raise FileNotFoundError(f"--resume: {path} has no checkpoints (expected "
+                                f"{path / 'checkpoints'}/{PREFIX}<N>)")
+    return found[-1]
+
+
+def load(path: Path) -> Checkpoint:
+    """Verify and read a checkpoint (weights are loaded later by `Checkpoint.load_weights`)."""
+    meta = verify(path)
+    try:
+        controller = None
+        if (path / "controller.pt").is_file():
+            controller = torch.load(path / "controller.pt", weights_only=False)
+        return Checkpoint(
+            path=path, step=int(meta["step"]), meta=meta,
+            plan=json.loads((path / "plan.json").read_text()),
+            optimizer=torch.load(path / "optimizer.pt", weights_only=True),
+            rng=torch.load(path / "rng.pt", weights_only=False), controller=controller)
+    except (OSError, RuntimeError, ValueError, SafetensorError) as e:
+        raise CheckpointError(f"checkpoint {path} cannot be read ({e})"
+                              f"{_previous_hint(path)}") from None

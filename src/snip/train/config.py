@@ -1,0 +1,388 @@
+"""Run configuration: nested frozen dataclasses, TOML files and dotted command-line overrides.
+
+A run is described by one `Config`, a tree of small frozen sections::
+
+    Config(model=ModelSection, data=DataSection, train=TrainSection,
+           precision=PrecisionSection, run=RunSection, log=LogSection,
+           writeback=WritebackSection, seed=int)
+
+Every leaf has a dotted key (``train.steps``, ``precision.preset``; the one top-level leaf is
+``seed``) and a help string in its field metadata. The same keys are used three ways, so they
+can never drift apart:
+
+* a TOML file (``--config FILE``): ``[train]`` then ``steps = 2000``;
+* command-line flags generated from the fields (``--train.steps 2000``), which win over the file;
+* the fully resolved ``runs/NAME/config.toml`` written at the start of every run, which
+  ``--resume`` reads back.
+
+A misspelt key in either place is an error that names the closest valid key. Each section
+validates itself in ``__post_init__`` and raises ``ValueError`` naming the dotted key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import time
+import tomllib
+import typing
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# The fixed plan used when no planner is installed (and the starting plan of adaptive runs).
+DEFAULT_PRESET = "fp8_e4m3_tile128"
+
+
+def default_precision_mode() -> str:
+    """'adaptive' when the SNIP controller (snip.planner.Controller) is importable, else 'fixed'.
+
+    This is the only place that decides the default; the lead flips it once the planner lands.
+    """
+    try:
+        from snip.planner import Controller  # noqa: F401
+    except ImportError:
+        return "fixed"
+    return "adaptive"
+
+
+def opt(default: Any, help: str, **kw: Any) -> Any:
+    """A config field with its help text (shown by ``snip train --help``)."""
+    if callable(default):
+        return field(default_factory=default, metadata={"help": help, **kw})
+    return field(default=default, metadata={"help": help, **kw})
+
+
+def _positive(key: str, value: float) -> None:
+    if isinstance(value, bool) or not value > 0:
+        raise ValueError(f"{key} must be > 0, got {value!r}")
+
+
+def _non_negative(key: str, value: float) -> None:
+    if isinstance(value, bool) or not value >= 0:
+        raise ValueError(f"{key} must be >= 0, got {value!r}")
+
+
+def _choice(key: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{key} must be one of {', '.join(choices)}; got {value!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSection:
+    name: str = opt("small", "model size from snip.models (tiny, small, tinyllama-1.1b, ...)")
+
+    def __post_init__(self) -> None:
+        from snip.models.configs import list_configs
+
+        if self.name not in list_configs():
+            close = difflib.get_close_matches(self.name, list_configs(), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ValueError(f"model.name: unknown model {self.name!r}{hint} "
+                             f"(valid: {', '.join(list_configs())})")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataSection:
+    path: str = opt("", "text file, directory of text files, or .bin token file; empty: the "
+                        "embedded corpus (Python standard-library sources)")
+    tokenizer: str = opt("byte", "'byte' (256 symbols) or a tokenizer.json file (BPE)")
+    val_fraction: float = opt(0.05, "share of the corpus held out for validation")
+
+    def __post_init__(self) -> None:
+        if not 0 < self.val_fraction < 1:
+            raise ValueError(f"data.val_fraction must be in (0, 1), got {self.val_fraction!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainSection:
+    steps: int = opt(1000, "optimizer steps")
+    batch_size: int = opt(16, "sequences per optimizer step, summed over ranks and micro-steps")
+    seq_len: int = opt(128, "tokens per sequence")
+    grad_accum: int = opt(1, "micro-steps per optimizer step (gradient accumulation)")
+    lr: float = opt(3e-3, "peak learning rate")
+    min_lr_ratio: float = opt(0.1, "final learning rate as a fraction of lr (cosine floor)")
+    warmup_steps: int = opt(50, "linear warm-up steps")
+    weight_decay: float = opt(0.1, "AdamW decoupled decay on matrices (not norms, embeddings, "
+                                   "biases)")
+    beta1: float = opt(0.9, "AdamW beta1")
+    beta2: float = opt(0.95, "AdamW beta2")
+    grad_clip: float = opt(1.0, "clip the global gradient norm to this (0: off)")
+    bf16: bool = opt(False, "bf16 autocast for the forward pass")
+    eval_every: int = opt(100, "validate every N steps (and at the end)")
+    eval_batches: int = opt(8, "validation batches per evaluation")
+    ckpt_every: int = opt(250, "checkpoint every N steps (and at the end)")
+    keep_checkpoints: int = opt(2, "keep the last K checkpoints")
+    skip_nonfinite: bool = opt(False, "skip (and count) a step with a non-finite loss or "
+                                      "gradient instead of stopping")
+    device: str = opt("auto", "'auto' (cuda if available), 'cpu', 'cuda' or 'cuda:N'")
+    threads: int = opt(0, "torch CPU threads (0: torch's default)")
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "batch_size", "seq_len", "grad_accum", "eval_every",
+                     "eval_batches", "ckpt_every", "keep_checkpoints", "lr"):
+            _positive(f"train.{name}", getattr(self, name))
+        for name in ("warmup_steps", "weight_decay", "grad_clip", "threads", "min_lr_ratio"):
+            _non_negative(f"train.{name}", getattr(self, name))
+        if self.min_lr_ratio > 1:
+            raise ValueError(f"train.min_lr_ratio must be <= 1, got {self.min_lr_ratio}")
+        for name in ("beta1", "beta2"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ValueError(f"train.{name} must be in [0, 1), got {getattr(self, name)}")
+        if self.batch_size % self.grad_accum:
+            raise ValueError(f"train.batch_size={self.batch_size} must be divisible by "
+                             f"train.grad_accum={self.grad_accum}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrecisionSection:
+    mode: str = opt(default_precision_mode, "'fixed' (one plan for the whole run) or "
+                    "'adaptive' (snip.planner re-plans every precision.every steps); default: "
+                    "adaptive when snip.planner is installed")
+    preset: str = opt("", f"apply this preset to every GEMM (empty: {DEFAULT_PRESET} unless "
+                          "precision.plan is given)")
+    plan: str = opt("", "precision plan JSON file (per layer, per GEMM)")
+    budget: float = opt(0.75, "adaptive: target FP4-FLOP fraction for the planner")
+    every: int = opt(200, "adaptive: re-plan every N steps")
+
+    def __post_init__(self) -> None:
+        _choice("precision.mode", self.mode, ("fixed", "adaptive"))
+        if self.preset and self.plan:
+            raise ValueError("give either precision.preset or precision.plan, not both")
+        if self.preset:
+            from snip.formats import get_spec
+
+            try:
+                get_spec(self.preset)
+            except (KeyError, ValueError) as e:
+                raise ValueError(f"precision.preset: {e}") from None
+        if not 0 <= self.budget <= 1:
+            raise ValueError(f"precision.budget must be in [0, 1], got {self.budget}")
+        _positive("precision.every", self.every)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSection:
+    name: str = opt("", "run name; the run directory is run.dir/run.name (empty: "
+                        "MODEL-YYYYmmdd-HHMMSS)")
+    dir: str = opt("runs", "parent directory of run directories")
+
+    def __post_init__(self) -> None:
+        if "/" in self.name or self.name in (".", ".."):
+            raise ValueError(f"run.name must be a plain name, got {self.name!r} "
+                             "(use run.dir for the parent directory)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LogSection:
+    every: int = opt(10, "log training loss, lr and tokens/s every N steps")
+    progress: bool = opt(True, "show a progress bar (tqdm)")
+    tensorboard: bool = opt(False, "also write TensorBoard events (needs tensorboard)")
+
+    def __post_init__(self) -> None:
+        _positive("log.every", self.every)
+
+
+@dataclass(frozen=True, kw_only=True)
+class WritebackSection:
+    policy: str = opt("none", "weight write-back policy (reserved for snip.optim; only "
+                              "'none' = plain fp32 weights is wired in the trainer today)")
+
+    def __post_init__(self) -> None:
+        _choice("writeback.policy", self.policy, ("none",))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Config:
+    model: ModelSection = opt(ModelSection, "model")
+    data: DataSection = opt(DataSection, "data")
+    train: TrainSection = opt(TrainSection, "training")
+    precision: PrecisionSection = opt(PrecisionSection, "precision")
+    run: RunSection = opt(RunSection, "run directory")
+    log: LogSection = opt(LogSection, "logging")
+    writeback: WritebackSection = opt(WritebackSection, "write-back")
+    seed: int = opt(1337, "seed of every random number generator")
+
+
+# ---------------------------------------------------------------------------------------------
+# The dotted-key view of the tree.
+
+
+@dataclass(frozen=True)
+class Leaf:
+    """One option: its dotted key, Python type, default and help text."""
+
+    key: str
+    type: type
+    default: Any
+    help: str
+
+
+def _is_section(tp: Any) -> bool:
+    return dataclasses.is_dataclass(tp)
+
+
+def leaves(cls: type = Config, prefix: str = "") -> Iterator[Leaf]:
+    """Every option of the tree in declaration order (defaults as a fresh Config has them)."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        if _is_section(tp):
+            yield from leaves(tp, f"{prefix}{f.name}.")
+            continue
+        default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+        yield Leaf(f"{prefix}{f.name}", tp, default, f.metadata.get("help", ""))
+
+
+def leaf_map() -> dict[str, Leaf]:
+    return {leaf.key: leaf for leaf in leaves()}
+
+
+def unknown_key_error(key: str, where: str) -> ValueError:
+    """ValueError for a misspelt key, naming the closest valid one."""
+    valid = list(leaf_map())
+    close = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return ValueError(f"unknown {where} {key!r}{hint}")
+
+
+def coerce(key: str, value: Any, tp: type) -> Any:
+    """Convert a TOML or command-line value to the field's type, or raise naming the key."""
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "1", "yes", "on"):
+            return True
+        if isinstance(value, str) and value.lower() in ("false", "0", "no", "off"):
+            return False
+    elif tp is int and not isinstance(value, bool):
+        if isinstance(value, int):
+            return value
+        if isinstance(value, str):
+            try:
+                return int(value)
+            except ValueError:
+                pass
+    elif tp is float and not isinstance(value, bool):
+        if isinstance(value, int | float):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+    elif tp is str and isinstance(value, str):
+        return value
+    raise ValueError(f"{key} expects {tp.__name__}, got {value!r}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Building a Config from flat overrides and TOML, and writing it back.
+
+
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"train": {"steps": 5}}`` -> ``{"train.steps": 5}``."""
+    out: dict[str, Any] = {}
+    for k, v in tree.items():
+        if isinstance(v, Mapping):
+            out.update(flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def build(values: Mapping[str, Any], base: Config | None = None) -> Config:
+    """A Config from dotted ``values`` on top of ``base`` (the defaults when None).
+
+    Unknown keys raise with a suggestion; values are coerced to the field types; sections are
+    validated by their own ``__post_init__``."""
+    known = leaf_map()
+    for key in values:
+        if key not in known:
+            raise unknown_key_error(key, "config key")
+    base = base or Config()
+    sections: dict[str, dict[str, Any]] = {}
+    top: dict[str, Any] = {}
+    for key, value in values.items():
+        value = coerce(key, value, known[key].type)
+        if "." in key:
+            section, name = key.split(".", 1)
+            sections.setdefault(section, {})[name] = value
+        else:
+            top[key] = value
+    for section, changes in sections.items():
+        top[section] = dataclasses.replace(getattr(base, section), **changes)
+    return dataclasses.replace(base, **top)
+
+
+def read_toml(path: str | Path) -> dict[str, Any]:
+    """A TOML config file as dotted keys (unknown keys are caught later by `build`)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"config file {str(path)!r} not found")
+    try:
+        with path.open("rb") as f:
+            return flatten(tomllib.load(f))
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(f"config file {str(path)!r} is not valid TOML: {e}") from None
+
+
+def resolve(config: Config, explicit: set[str] = frozenset()) -> Config:
+    """Fill in what depends on other values: the precision mode and starting preset, and the
+    run name. ``explicit`` is the set of keys the user set (file or command line)."""
+    p = config.precision
+    mode = p.mode
+    if (p.preset or p.plan) and "precision.mode" not in explicit:
+        mode = "fixed"  # naming a preset or a plan file means "use exactly this"
+    preset = p.preset or ("" if p.plan else DEFAULT_PRESET)
+    precision = dataclasses.replace(p, mode=mode, preset=preset)
+    run = config.run
+    if not run.name:
+        run = dataclasses.replace(run, name=f"{config.model.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    return dataclasses.replace(config, precision=precision, run=run)
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+        return repr(v)
+    s = str(v).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'"{s}"'
+
+
+def to_toml(config: Config) -> str:
+    """The config as TOML, one table per section, each key with its help as a comment."""
+    lines = ["# snip run configuration (fully resolved)."]
+    fields = dataclasses.fields(Config)
+    for f in fields:  # top-level keys must precede the first [table]
+        if not _is_section(getattr(config, f.name)):
+            lines.append(f"{f.name} = {_toml_value(getattr(config, f.name))}")
+    for f in fields:
+        section = getattr(config, f.name)
+        if not _is_section(section):
+            continue
+        lines += ["", f"[{f.name}]"]
+        for sf in dataclasses.fields(section):
+            lines.append(f"{sf.name} = {_toml_value(getattr(section, sf.name))}"
+                         f"  # {sf.metadata.get('help', '')}")
+    return "\n".join(lines) + "\n"
+
+
+def to_dict(config: Config) -> dict[str, Any]:
+    return dataclasses.asdict(config)
+
+
+def write_toml(config: Config, path: str | Path) -> None:
+    Path(path).write_text(to_toml(config))
+
+
+def load(path: str | Path) -> Config:
+    """Read a config.toml (as written by `write_toml`) back into a Config."""
+    return build(read_toml(path))

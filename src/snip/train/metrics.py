@@ -1,0 +1,89 @@
+"""Run logging: ``metrics.jsonl``, the progress bar and (optionally) TensorBoard.
+
+``metrics.jsonl`` holds one JSON object per event, each with an ``event`` kind and the ``step``
+(optimizer steps completed when it was written)::
+
+    {"event": "train", "step": 10, "loss": 4.91, "lr": 0.0006, "tokens_per_s": 20510.3,
+     "grad_norm": 1.2, "fp4_flop_fraction": 0.0, "time": 12.4}
+    {"event": "eval", "step": 100, "val_loss": 2.71, "ppl": 15.0}
+    {"event": "plan", "step": 0, "path": "plans/step_0.json", "fp4_flop_fraction": 0.0,
+     "changes": 0}
+    {"event": "checkpoint", "step": 250, "path": "checkpoints/step_000250"}
+    {"event": "nonfinite", "step": 31, "loss": NaN, "skipped": 1}
+
+``snip report`` reads only this file, ``config.toml`` and ``plans/``. Only rank 0 writes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+
+def _clean(value: Any) -> Any:
+    # JSON has no NaN/inf; write them as strings so every line stays standard JSON.
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+class MetricsLog:
+    """Append-only JSON-lines log plus an optional TensorBoard mirror."""
+
+    def __init__(self, path: Path | None, tensorboard_dir: Path | None = None):
+        self.path = path
+        self._tb = _tensorboard(tensorboard_dir) if tensorboard_dir is not None else None
+
+    def log(self, event: str, step: int, **values: Any) -> None:
+        if self.path is None:
+            return
+        record = {"event": event, "step": step, **{k: _clean(v) for k, v in values.items()}}
+        with self.path.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+        if self._tb is not None:
+            for k, v in values.items():
+                if isinstance(v, int | float) and not isinstance(v, bool):
+                    self._tb.add_scalar(f"{event}/{k}", v, step)
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+
+
+def _tensorboard(log_dir: Path) -> Any:
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        raise ValueError("log.tensorboard = true needs the tensorboard package: "
+                         "pip install 'snip[tensorboard]'") from None
+    return SummaryWriter(log_dir=str(log_dir))
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """Every event of a metrics.jsonl (a torn last line from a killed run is dropped)."""
+    if not path.is_file():
+        return []
+    events = []
+    for line in path.read_text().splitlines():
+        try:
+            events.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return events
+
+
+def truncate_after(path: Path, step: int) -> None:
+    """Drop events later than ``step``: a resumed run rewrites that part of its history."""
+    if path.is_file():
+        kept = [e for e in read_metrics(path) if e.get("step", 0) <= step]
+        path.write_text("".join(json.dumps(e) + "\n" for e in kept))
+
+
+def progress_bar(total: int, initial: int, enabled: bool) -> tqdm:
+    """Steps done / total with ETA; the loop sets loss and tokens/s as the postfix."""
+    return tqdm(total=total, initial=initial, disable=not enabled, unit="step",
+                dynamic_ncols=True, leave=True)

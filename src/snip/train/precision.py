@@ -1,0 +1,80 @@
+"""Where the trainer's precision comes from: a fixed plan, or a controller that re-plans.
+
+* ``precision.mode = "fixed"``: one `PrecisionPlan` for the whole run, from ``precision.preset``
+  (every GEMM of every linear layer in that preset) or ``precision.plan`` (a plan JSON file).
+* ``precision.mode = "adaptive"``: the plan above is the starting point and a
+  `PrecisionController` (SNIP's is ``snip.planner.Controller``) may return a new plan at the end
+  of any step; the trainer applies it between steps with ``plan.apply(model)`` and saves it to
+  ``plans/step_<N>.json``.
+
+The controller is a protocol so that baselines and experiments can plug in their own; its state
+travels in checkpoints so that adaptive runs resume exactly too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+from torch import nn
+
+from snip.plan import PrecisionPlan, fp4_flop_fraction
+from snip.train.config import PrecisionSection
+
+BatchFn = Callable[[int], tuple[torch.Tensor, torch.Tensor]]
+
+
+@runtime_checkable
+class PrecisionController(Protocol):
+    """Re-plans precision during training.
+
+    ``on_step_end`` is called on every rank after optimizer step ``step`` (steps completed) with
+    the model, the optimizer and ``batch_fn(i)``, which returns the i-th (tokens, targets)
+    calibration micro-batch of this rank (a deterministic function of ``i``, drawn from the
+    training split). It returns a new plan to apply now, or None. Every rank must return the
+    same plan. Files it writes go under ``out_dir`` (``runs/NAME/sensitivity/``).
+    """
+
+    def on_step_end(self, step: int, model: nn.Module, optimizer: torch.optim.Optimizer,
+                    batch_fn: BatchFn) -> PrecisionPlan | None: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+def initial_plan(cfg: PrecisionSection) -> PrecisionPlan:
+    """The plan a run starts with: the plan file if given, else the preset."""
+    if cfg.plan:
+        return PrecisionPlan.from_json(cfg.plan)
+    return PrecisionPlan.uniform(cfg.preset)
+
+
+def make_controller(cfg: PrecisionSection, out_dir: Path, is_main: bool) -> PrecisionController | None:
+    """The adaptive controller, or None for fixed precision."""
+    if cfg.mode != "adaptive":
+        return None
+    try:
+        from snip.planner import Controller
+    except ImportError:
+        raise ValueError("precision.mode = 'adaptive' needs snip.planner.Controller, which this "
+                         "installation does not have; use --precision.mode fixed (with "
+                         "--precision.preset or --precision.plan)") from None
+    return Controller(budget=cfg.budget, every=cfg.every, out_dir=out_dir if is_main else None)
+
+
+def convert(model: nn.Module, plan: PrecisionPlan) -> nn.Module:
+    """Swap the model's linear layers for QLinear in the formats of ``plan``."""
+    from snip.nn import convert as nn_convert
+
+    return nn_convert(model, plan)
+
+
+def explicit(plan: PrecisionPlan, model: nn.Module, step: int) -> PrecisionPlan:
+    """``plan`` with every layer written out by name (what the run saves to plans/), so the
+    report can draw the precision map without rebuilding the model."""
+    table = plan.resolve(model)
+    meta = {**plan.meta, "step": step, "fp4_flop_fraction": fp4_flop_fraction(table, model)}
+    return PrecisionPlan.from_table(table, default=plan.default, meta=meta)
