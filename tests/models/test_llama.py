@@ -192,6 +192,7 @@ def test_config_defaults_resolve():
     cfg = ModelConfig(dim=4096, n_layers=1, n_heads=32, vocab_size=10)
     assert cfg.n_kv_heads == 32
     assert cfg.ffn_hidden == 11008  # Meta's rule reproduces Llama 2 7B's width
+    assert ModelConfig(**get_config("small").to_dict()) == get_config("small")
     with pytest.raises(TypeError):
         ModelConfig(4096, 1, 32, 10)  # keyword-only
     with pytest.raises(AttributeError):

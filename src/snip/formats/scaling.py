@@ -183,6 +183,8 @@ def compute_scales(blocks: torch.Tensor, spec: QuantSpec) -> Scales:
     if spec.scale_format is ScaleFormat.E8M0:
         return e8m0_scales(amax, spec)
     if spec.scale_format is ScaleFormat.E4M3:
-        x_amax = amax.max() if amax.numel() else amax.new_zeros(())
+        # NaN/inf blocks poison only themselves (as in MX), not the tensor scale of the rest
+        finite = torch.where(torch.isfinite(amax), amax, torch.zeros_like(amax))
+        x_amax = finite.max() if amax.numel() else amax.new_zeros(())
         return e4m3_scales(amax, nvfp4_encode_scale(x_amax, spec), spec)
     return fp32_scales(amax, spec)

@@ -73,7 +73,9 @@ class ModelConfig:
         return self.dim // self.n_heads
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """Field values, without the Nones (their defaults; TOML has no null), so that
+        `ModelConfig(**cfg.to_dict()) == cfg`."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
 
 
 def _check_positive_int(name: str, value: object) -> None:

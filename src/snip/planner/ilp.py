@@ -21,6 +21,7 @@ per GEMM (1680 units x 4 formats, ``benchmarks/bench_planner.py``).
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
@@ -31,48 +32,126 @@ from snip.planner.problem import Problem, infeasible_message
 _TIGHTEN = (0.0, 1e-9, 1e-7, 1e-5)  # rhs margins tried when HiGHS' tolerance lands just outside
 
 
-def _budget_rows(p: Problem, margin: float) -> list[LinearConstraint]:
-    """One row per stage per budget kind, normalised so coefficients are O(1)."""
-    n, k = p.cost.shape
+@dataclass(frozen=True)
+class _Columns:
+    """The compact MILP: unit ``u`` starts in its ``base`` candidate; binary ``y_j`` moves
+    unit ``unit[j]`` to candidate ``cand[j]`` (at most one move per unit).  Dominated
+    candidates get no column, so an FP4-only budget becomes a plain 0/1 knapsack."""
+
+    base: np.ndarray
+    unit: np.ndarray
+    cand: np.ndarray
+
+    @classmethod
+    def of(cls, problem: Problem) -> _Columns:
+        keep = ~dominated(problem)
+        base = keep.argmax(1)
+        move = keep.copy()
+        move[np.arange(len(base)), base] = False
+        unit, cand = np.nonzero(move)
+        return cls(base, unit, cand)
+
+    def delta(self, a: np.ndarray) -> np.ndarray:
+        """Change of the per-(unit, candidate) quantity ``a`` for each move."""
+        return a[self.unit, self.cand] - a[self.unit, self.base[self.unit]]
+
+    def base_sum(self, a: np.ndarray, rows: np.ndarray | None = None) -> float:
+        vals = a[np.arange(len(self.base)), self.base]
+        return float(vals.sum() if rows is None else vals[rows].sum())
+
+    def choice(self, y: np.ndarray) -> np.ndarray:
+        out = self.base.copy()
+        on = np.round(y) > 0.5
+        out[self.unit[on]] = self.cand[on]
+        return out
+
+
+def _budget_rows(p: Problem, cols: _Columns, margin: float) -> list[LinearConstraint]:
+    """Budget rows over the moves, normalised so coefficients are O(1)."""
     b, rows = p.budget, []
     for s in range(p.n_stages):
-        in_s = (p.stage == s)[:, None].astype(float)
-        tot = float(p.flops[p.stage == s].sum()) or 1.0
-        if b.fp4_fraction is not None and b.fp4_fraction > 0:
-            coef = (p.fp4 * in_s / tot).ravel()
-            rows.append(LinearConstraint(csr_matrix(coef), b.fp4_fraction + margin, np.inf))
+        in_s = (p.stage == s)
+        tot = float(p.flops[in_s].sum()) or 1.0
+        sel = in_s[cols.unit].astype(float)
+        if b.fp4_fraction:
+            rhs = b.fp4_fraction + margin - cols.base_sum(p.fp4, in_s) / tot
+            rows.append(LinearConstraint(csr_matrix(sel * cols.delta(p.fp4) / tot), rhs, np.inf))
         if b.relative_time is not None:
-            coef = (p.time * in_s / tot).ravel()
-            rows.append(LinearConstraint(csr_matrix(coef), -np.inf, b.relative_time - margin))
+            rhs = b.relative_time - margin - cols.base_sum(p.time, in_s) / tot
+            rows.append(LinearConstraint(csr_matrix(sel * cols.delta(p.time) / tot), -np.inf, rhs))
     if b.memory_bytes is not None:
-        coef = (p.mem / b.memory_bytes).ravel()
-        rows.append(LinearConstraint(csr_matrix(coef), -np.inf, 1.0 - margin))
+        rhs = 1.0 - margin - cols.base_sum(p.mem) / b.memory_bytes
+        rows.append(LinearConstraint(csr_matrix(cols.delta(p.mem) / b.memory_bytes), -np.inf, rhs))
     return rows
 
 
-def _one_per_unit(n: int, k: int) -> LinearConstraint:
-    r = np.repeat(np.arange(n), k)
-    a = coo_matrix((np.ones(n * k), (r, np.arange(n * k))), shape=(n, n * k)).tocsr()
-    return LinearConstraint(a, 1.0, 1.0)
+def _at_most_one_move(cols: _Columns) -> list[LinearConstraint]:
+    units, counts = np.unique(cols.unit, return_counts=True)
+    multi = units[counts > 1]
+    if not len(multi):
+        return []
+    row_of = {int(u): i for i, u in enumerate(multi)}
+    js = [j for j, u in enumerate(cols.unit) if int(u) in row_of]
+    a = coo_matrix((np.ones(len(js)), ([row_of[int(cols.unit[j])] for j in js], js)),
+                   shape=(len(multi), len(cols.unit))).tocsr()
+    return [LinearConstraint(a, 0.0, 1.0)]
+
+
+def dominated(problem: Problem) -> np.ndarray:
+    """Mask of ``(unit, candidate)`` pairs no optimal plan needs.
+
+    ``p`` is dominated for unit ``u`` when another candidate ``q`` is no worse on the objective
+    and on every active budget resource (more FP4 FLOPs, less time, fewer bytes) -- strictly
+    better on one, or equal everywhere and earlier in the list.  Swapping ``p`` for ``q`` keeps
+    any plan feasible and no worse, so fixing ``x[u, p] = 0`` loses nothing.  With only an FP4
+    target this leaves two options per unit (the best 4-bit and the best other format) and
+    HiGHS solves a plain 0/1 knapsack.
+    """
+    b = problem.budget
+    keys = [problem.cost]  # all oriented "smaller is better"
+    if b.fp4_fraction:
+        keys.append(-problem.fp4)
+    if b.relative_time is not None:
+        keys.append(problem.time)
+    if b.memory_bytes is not None:
+        keys.append(problem.mem)
+    v = np.stack(keys, axis=-1)  # (n, k, r)
+    n, k, _ = v.shape
+    out = np.zeros((n, k), dtype=bool)
+    for p_ in range(k):
+        for q in range(k):
+            if q == p_:
+                continue
+            le = (v[:, q] <= v[:, p_]).all(-1)
+            lt = (v[:, q] < v[:, p_]).any(-1)
+            out[:, p_] |= le & (lt | (q < p_))
+    return out
 
 
 def solve_ilp(problem: Problem, *, time_limit: float = 60.0) -> np.ndarray:
     """Optimal candidate index per unit; ``ValueError`` when the budget cannot be met."""
-    n, k = problem.cost.shape
     if problem.violations(problem.fp4.argmax(1)) and problem.budget.fp4_fraction is not None \
             and problem.budget.relative_time is None and problem.budget.memory_bytes is None:
         raise ValueError(infeasible_message(problem))  # fast path: even all-FP4 falls short
+    cols = _Columns.of(problem)
+    if not len(cols.unit):
+        if problem.violations(cols.base):
+            raise ValueError(infeasible_message(problem))
+        return cols.base
     # Ties between formats of equal cost go to the earlier candidate (a tiny lexicographic
     # nudge, far below any real divergence difference).
+    k = problem.cost.shape[1]
     nudge = 1e-12 * (1.0 + np.abs(problem.cost).max()) * np.arange(k)[None, :]
-    c = (problem.cost + nudge).ravel()
+    c = cols.delta(problem.cost + nudge)
     for margin in _TIGHTEN:
-        res = milp(c, integrality=np.ones(n * k), bounds=Bounds(0, 1),
-                   constraints=[_one_per_unit(n, k), *_budget_rows(problem, margin)],
-                   options={"time_limit": time_limit, "mip_rel_gap": 1e-9})
+        # HiGHS' presolve spends seconds merging the many identical knapsack columns of a
+        # real model (same shapes repeat in every block); branch and bound alone is faster.
+        res = milp(c, integrality=np.ones(len(c)), bounds=Bounds(0, 1),
+                   constraints=[*_at_most_one_move(cols), *_budget_rows(problem, cols, margin)],
+                   options={"time_limit": time_limit, "mip_rel_gap": 1e-9, "presolve": False})
         if res.x is None:
             raise ValueError(infeasible_message(problem))
-        choice = res.x.reshape(n, k).argmax(1)
+        choice = cols.choice(res.x)
         if not problem.violations(choice):
             return choice
     raise ValueError(infeasible_message(problem))

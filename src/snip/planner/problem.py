@@ -17,7 +17,6 @@ and the relative GEMM time is ``sum time / sum F`` (1.0 = all BF16), exactly as 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -120,12 +119,11 @@ class Problem:
         for k in range(self.n_stages):
             mask = self.stage == k if self.n_stages > 1 else None
             where = f" in stage {k}" if self.n_stages > 1 else ""
-            if b.fp4_fraction is not None and self.fp4_fraction(choice, mask) < b.fp4_fraction - tol:
-                out.append(f"fp4 fraction {self.fp4_fraction(choice, mask):.6f} < "
-                           f"{b.fp4_fraction}{where}")
-            if b.relative_time is not None and self.relative_time(choice, mask) > b.relative_time + tol:
-                out.append(f"relative time {self.relative_time(choice, mask):.6f} > "
-                           f"{b.relative_time}{where}")
+            frac, rel = self.fp4_fraction(choice, mask), self.relative_time(choice, mask)
+            if b.fp4_fraction is not None and frac < b.fp4_fraction - tol:
+                out.append(f"fp4 fraction {frac:.6f} < {b.fp4_fraction}{where}")
+            if b.relative_time is not None and rel > b.relative_time + tol:
+                out.append(f"relative time {rel:.6f} > {b.relative_time}{where}")
         if b.memory_bytes is not None and self.memory(choice) > b.memory_bytes * (1 + tol):
             out.append(f"memory {self.memory(choice):.6g} B > {b.memory_bytes:.6g} B")
         return out
@@ -230,8 +228,9 @@ def best_achievable(problem: Problem) -> dict[str, float]:
         rows = problem.stage == k
         tot = problem.flops[rows].sum()
         key = f"stage {k} " if problem.n_stages > 1 else ""
-        out[f"{key}max fp4 fraction"] = float(problem.fp4[rows].max(1).sum() / tot) if tot else 0.0
-        out[f"{key}min relative time"] = float(problem.time[rows].min(1).sum() / tot) if tot else 1.0
+        tot = tot or 1.0
+        out[f"{key}max fp4 fraction"] = float(problem.fp4[rows].max(1).sum() / tot)
+        out[f"{key}min relative time"] = float(problem.time[rows].min(1).sum() / tot)
     out["min memory bytes"] = float(problem.mem.min(1).sum())
     return out
 
@@ -242,7 +241,3 @@ def infeasible_message(problem: Problem) -> str:
     return (f"budget {problem.budget.describe()} is infeasible with candidates "
             f"{', '.join(problem.candidates)}: the largest achievable values are {got} "
             f"(each on its own); lower the target or add faster/4-bit candidates")
-
-
-def is_close_budget(a: float, b: float) -> bool:
-    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)

@@ -386,3 +386,29 @@ def write_toml(config: Config, path: str | Path) -> None:
 def load(path: str | Path) -> Config:
     """Read a config.toml (as written by `write_toml`) back into a Config."""
     return build(read_toml(path))
+
+
+def run_dir_of(resume: str | Path) -> Path:
+    """The run directory of ``--resume`` (a run directory or one of its checkpoints)."""
+    path = Path(resume)
+    return path.parent.parent if path.parent.name == "checkpoints" else path
+
+
+def from_sources(config_file: str | Path | None = None,
+                 overrides: Mapping[str, Any] | None = None,
+                 resume: str | Path | None = None) -> Config:
+    """The resolved Config of a command line: defaults < TOML file < flags.
+
+    When resuming, the run's saved config.toml replaces the defaults and the run keeps its own
+    directory; the model and tokenizer are checked against the checkpoint when it is loaded."""
+    values = read_toml(config_file) if config_file else {}
+    values.update(overrides or {})
+    if resume is None:
+        return resolve(build(values), explicit=set(values))
+    run_dir = run_dir_of(resume)
+    saved = run_dir / "config.toml"
+    if not saved.is_file():
+        raise FileNotFoundError(f"--resume: {run_dir} is not a run directory (no config.toml)")
+    values = {**read_toml(saved), **values,
+              "run.dir": str(run_dir.parent), "run.name": run_dir.name}
+    return resolve(build(values), explicit=set(values))

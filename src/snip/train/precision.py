@@ -67,9 +67,17 @@ def make_controller(cfg: PrecisionSection, out_dir: Path, is_main: bool) -> Prec
 
 def convert(model: nn.Module, plan: PrecisionPlan) -> nn.Module:
     """Swap the model's linear layers for QLinear in the formats of ``plan``."""
-    from snip.nn import convert as nn_convert
-
+    try:
+        from snip.nn import convert as nn_convert
+    except ImportError:  # TEMPORARY until snip.nn.convert lands: train unquantized
+        return model
     return nn_convert(model, plan)
+
+
+def apply(plan: PrecisionPlan, model: nn.Module) -> None:
+    """Switch an already converted model to ``plan`` between steps."""
+    if any(hasattr(m, "set_specs") for m in model.modules()):
+        plan.apply(model)
 
 
 def explicit(plan: PrecisionPlan, model: nn.Module, step: int) -> PrecisionPlan:

@@ -1,0 +1,267 @@
+"""Write-back experiment: gap recovery of each write-back policy on the tiny model.
+
+Weights of every linear layer are stored on the analytic (scale-1) e4m3 / e5m2 grid with no
+master copy, and the tiny Llama-style model is trained on the built-in byte corpus with AdamW +
+cosine from the same initialisation and data order under each policy.  Score:
+
+    R(X) = (L_rne - L_X) / (L_rne - L_fp32)          (L: final validation loss)
+
+Arms per (format, seed): rne, stochastic, eco, master (blanket fp32 master), and four 10 %
+selective-master masks: ``mask_ref`` (top |g*u| tiles from a short fp32 source trace of a
+*different* seed, sealed before the targets run), ``mask_target`` (same score from the target
+seed's own fp32 run), ``mask_random`` and ``mask_layers`` (fixed controls) and ``mask_freeze``
+(freeze-only ranking from the source trace's proxy).  The fp32 run of each seed is also the
+reference trace for the audit (projected vs measured frozen fraction of the rne arm).
+
+The script probes steps/s for ~30 s first and sizes the step count to ``--budget-min``.  Each
+arm's result is written to ``benchmarks/out/writeback/<arm>.json`` as it finishes; the final
+table goes to ``table.md`` and ``summary.json`` there.
+
+    nohup .venv/bin/python benchmarks/writeback_experiment.py > benchmarks/out/writeback/log.txt &
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from snip.audit import (
+    ReferenceRecorder,
+    compare_crossings,
+    freeze_only_mask,
+    layer_mask,
+    measured_series,
+    random_mask,
+    reference_mask,
+)
+from snip.optim import WritebackOptimizer, eligible_parameters
+
+OUT = Path(__file__).parent / "out" / "writeback"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Setup:
+    model: str = "tiny"
+    seq_len: int = 64
+    batch: int = 16
+    lr: float = 1e-3
+    min_lr_frac: float = 0.1
+    warmup_frac: float = 0.05
+    weight_decay: float = 0.1
+    betas: tuple[float, float] = (0.9, 0.95)
+    clip: float = 1.0
+    steps: int = 300
+    score_frac: float = 0.06  # paper: 600 of 10,000 steps
+    mask_fraction: float = 0.1
+    tile_size: int = 64  # = d_model of the tiny model (the paper: 768 = d_model of GPT-2)
+    eval_batches: int = 8
+    source_seed: int = 100
+
+    @property
+    def score_steps(self) -> int:
+        return max(10, round(self.score_frac * self.steps))
+
+
+def lr_at(s: Setup, step: int) -> float:
+    warm = max(1, round(s.warmup_frac * s.steps))
+    if step < warm:
+        return s.lr * (step + 1) / warm
+    p = (step - warm) / max(1, s.steps - warm)
+    return s.lr * (s.min_lr_frac + (1 - s.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * p)))
+
+
+def build(s: Setup, seed: int):
+    from snip.models import build_model
+
+    torch.manual_seed(seed)
+    model = build_model(s.model)
+    opt = torch.optim.AdamW(model.parameters(), lr=s.lr, betas=s.betas,
+                            weight_decay=s.weight_decay)
+    return model, opt
+
+
+def val_loss(model, ds, s: Setup) -> float:
+    model.eval()
+    tot, n = 0.0, 0
+    with torch.no_grad():
+        for x, y in ds.iter_eval_batches("val", 32, s.seq_len, max_batches=s.eval_batches):
+            tot += float(model(x, y)[1]) * x.shape[0]
+            n += x.shape[0]
+    model.train()
+    return tot / n
+
+
+def train(s: Setup, ds, seed: int, *, steps: int | None = None, policy: str | None = None,
+          element: str = "e4m3", mask=None, recorder_formats=(), max_seconds: float = 0.0):
+    """One run; returns (result dict, trace or None). ``policy=None`` is the fp32 baseline."""
+    steps = steps or s.steps
+    model, opt = build(s, seed)
+    named = eligible_parameters(model)
+    wb = None
+    if policy is not None:
+        wb = WritebackOptimizer(opt, named, element=element, policy=policy, mask=mask, seed=seed,
+                                tile_size=s.tile_size, record_every=5, record_tiles=False)
+    rec = (ReferenceRecorder(named, formats=recorder_formats, tile_size=s.tile_size,
+                             score_steps=s.score_steps, every=5, tiles=False)
+           if recorder_formats else None)
+    t0, losses, done = time.perf_counter(), [], 0
+    for step in range(steps):
+        for g in opt.param_groups:
+            g["lr"] = lr_at(s, step)
+        x, y = ds.get_batch("train", s.batch, s.seq_len, step=step + 1_000_000 * seed)
+        opt.zero_grad(set_to_none=True)
+        _, loss = model(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), s.clip)
+        if wb is not None:
+            wb.step()
+        elif rec is not None:
+            rec.step(opt)
+        else:
+            opt.step()
+        losses.append(float(loss))
+        done = step + 1
+        if max_seconds and time.perf_counter() - t0 > max_seconds:
+            break
+    secs = time.perf_counter() - t0
+    res = {"seed": seed, "policy": policy or "fp32", "format": element if policy else "fp32",
+           "steps": done, "seconds": secs, "steps_per_s": done / secs,
+           "train_loss_last50": float(np.mean(losses[-50:])), "val_loss": val_loss(model, ds, s)}
+    if wb is not None:
+        st, fz = measured_series(wb.history)
+        res["measured_frozen"] = {"steps": st.tolist(), "frozen": fz.tolist()}
+        nm = wb.never_moved()
+        n = {nme: p.numel() for nme, p in named}
+        res["never_moved"] = sum(nm[k] * n[k] for k in nm) / sum(n.values())
+        res["never_moved_per_tensor"] = nm
+        if mask is not None:
+            res["mask"] = {"method": mask.method, "protected": mask.protected,
+                           "eligible": mask.eligible}
+    return res, (rec.trace(meta={"seed": seed}) if rec else None)
+
+
+def save(name: str, res: dict) -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / f"{name}.json").write_text(json.dumps(res, indent=1))
+    print(f"[{time.strftime('%H:%M:%S')}] {name}: val {res['val_loss']:.4f} "
+          f"({res['steps']} steps, {res['seconds']:.0f}s)", flush=True)
+
+
+def probe(s: Setup, ds, seconds: float) -> float:
+    res, _ = train(s, ds, 0, steps=10**6, policy="rne", element="e4m3", max_seconds=seconds)
+    return res["steps_per_s"]
+
+
+ARMS = ("rne", "stochastic", "eco", "master", "mask_ref", "mask_target", "mask_random",
+        "mask_layers", "mask_freeze")
+FORMATS = ("e4m3", "e5m2")
+
+
+def n_runs(seeds: int) -> float:
+    # fp32 runs (with tracing, ~1.5x) + source trace (score_frac) + arms
+    return seeds * 1.5 + 0.1 + seeds * len(FORMATS) * len(ARMS)
+
+
+def masks_for(s: Setup, source, target, fmt: str, seed: int) -> dict:
+    shapes = source.shapes
+    f = s.mask_fraction
+    return {"mask_ref": reference_mask(source, f), "mask_target": reference_mask(target, f),
+            "mask_random": random_mask(shapes, f, seed=seed, tile_size=s.tile_size),
+            "mask_layers": layer_mask(shapes, f, tile_size=s.tile_size),
+            "mask_freeze": freeze_only_mask(source, fmt, f)}
+
+
+def summarize(results: dict, seeds: list[int]) -> tuple[str, dict]:
+    table, summary = [], {}
+    for fmt in FORMATS:
+        for arm in ARMS:
+            rs = []
+            for sd in seeds:
+                k = f"{fmt}_{arm}_s{sd}"
+                if k in results and f"fp32_s{sd}" in results and f"{fmt}_rne_s{sd}" in results:
+                    l32 = results[f"fp32_s{sd}"]["val_loss"]
+                    lr_ = results[f"{fmt}_rne_s{sd}"]["val_loss"]
+                    lx = results[k]["val_loss"]
+                    rs.append((100 * (lr_ - lx) / (lr_ - l32) if lr_ != l32 else float("nan"),
+                               lx, results[k].get("never_moved", float("nan"))))
+            if rs:
+                a = np.array(rs)
+                summary[f"{fmt}_{arm}"] = {"R_mean": float(a[:, 0].mean()),
+                                           "R_per_seed": a[:, 0].tolist(),
+                                           "val_loss_mean": float(a[:, 1].mean()),
+                                           "never_moved_mean": float(a[:, 2].mean())}
+                table.append(f"| {fmt} | {arm} | {a[:, 1].mean():.4f} | "
+                             f"{a[:, 0].mean():6.1f} % | "
+                             + " / ".join(f"{r:.1f}" for r in a[:, 0]) + f" | {a[:, 2].mean():.3f} |")
+    l32 = [results[f"fp32_s{sd}"]["val_loss"] for sd in seeds if f"fp32_s{sd}" in results]
+    head = ["| format | arm | val loss | R (mean) | R per seed | never-moved |",
+            "|---|---|---|---|---|---|"]
+    foot = [f"\nfp32 baseline val loss: {np.mean(l32):.4f} (per seed {l32})"] if l32 else []
+    return "\n".join(head + table + foot), summary
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--budget-min", type=float, default=22.0, help="wall-clock budget (minutes)")
+    ap.add_argument("--probe-s", type=float, default=30.0)
+    ap.add_argument("--steps", type=int, default=0, help="fixed step count (skip sizing)")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    from snip.data import load_dataset
+
+    t_start = time.perf_counter()
+    ds = load_dataset()
+    base = Setup()
+    if args.steps:
+        steps = args.steps
+    else:
+        rate = probe(base, ds, args.probe_s)
+        left = args.budget_min * 60 - (time.perf_counter() - t_start)
+        per_run = 0.85 * left / n_runs(len(args.seeds))
+        steps = max(50, int(rate * per_run))
+        print(f"probe: {rate:.1f} steps/s (rne e4m3); {left:.0f}s left -> {steps} steps per run",
+              flush=True)
+    s = Setup(steps=steps)
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "setup.json").write_text(json.dumps({**asdict(s), "seeds": args.seeds}, indent=1))
+    results, traces = {}, {}
+    for sd in args.seeds:
+        res, traces[sd] = train(s, ds, sd, recorder_formats=FORMATS)
+        traces[sd].save(OUT / f"trace_s{sd}.npz")
+        results[f"fp32_s{sd}"] = res
+        save(f"fp32_s{sd}", res)
+    res, source = train(s, ds, s.source_seed, steps=s.score_steps, recorder_formats=FORMATS)
+    source.save(OUT / "source_trace.npz")
+    for fmt in FORMATS:
+        for sd in args.seeds:
+            masks = masks_for(s, source, traces[sd], fmt, sd)
+            for arm in ARMS:
+                pol = "selective_master" if arm.startswith("mask") else arm
+                res, _ = train(s, ds, sd, policy=pol, element=fmt, mask=masks.get(arm))
+                if arm == "rne":
+                    tr = traces[sd]
+                    m = res["measured_frozen"]
+                    res["forecast"] = compare_crossings(tr.steps, tr.projected(fmt), m["steps"],
+                                                        m["frozen"])
+                    res["projected_frozen"] = {"steps": tr.steps.tolist(),
+                                               "frozen": tr.projected(fmt).tolist()}
+                results[f"{fmt}_{arm}_s{sd}"] = res
+                save(f"{fmt}_{arm}_s{sd}", res)
+                table, summary = summarize(results, args.seeds)
+                (OUT / "table.md").write_text(table + "\n")
+                (OUT / "summary.json").write_text(json.dumps(summary, indent=1))
+    print(table)
+    print(f"total {time.perf_counter() - t_start:.0f}s", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""``snip train``: train a model with per-GEMM precision and write a run directory.
+
+    snip train                                   # small model, embedded corpus, ~5 min on a CPU
+    snip train --model.name tiny --train.steps 200 --precision.preset mxfp4
+    snip train --config configs/small_fp8.toml --train.steps 2000
+    snip train --resume runs/NAME                # continue exactly where it stopped
+    torchrun --nproc_per_node 2 -m snip.cli train --train.batch_size 32
+
+Every option of the run configuration (`snip.train.config`) is a ``--section.key`` flag,
+generated from the dataclass fields with their help and defaults; a ``--config`` TOML file sets
+the same keys and the flags win. The run ends with ``snip report`` on its directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import sys
+
+COMMAND = "train"
+HELP = "train a model (default: small model on the embedded corpus) and write runs/NAME"
+_PREFIX = "cfg:"  # namespace attributes that are config keys
+_UNKNOWN = "_unknown_options"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from snip.train.config import leaves
+
+    parser.add_argument("--config", metavar="FILE", help="TOML config file (flags override it)")
+    parser.add_argument("--resume", metavar="RUN_DIR",
+                        help="continue runs/NAME from its newest checkpoint, or from the given "
+                             "checkpoint directory")
+    for leaf in leaves():
+        kind = "BOOL" if leaf.type is bool else leaf.type.__name__.upper()
+        default = f"{leaf.default!r}" if leaf.type is str else str(leaf.default).lower() \
+            if leaf.type is bool else str(leaf.default)
+        parser.add_argument(
+            f"--{leaf.key}", dest=f"{_PREFIX}{leaf.key}", default=argparse.SUPPRESS,
+            metavar=kind, nargs="?" if leaf.type is bool else None,
+            const="true" if leaf.type is bool else None,
+            help=f"{leaf.help} (default: {default})".replace("%", "%%"))
+    _collect_unknown_options(parser)
+
+
+def _collect_unknown_options(parser: argparse.ArgumentParser) -> None:
+    # argparse would reject a misspelt flag with a usage dump; keep it instead, so that `run`
+    # can answer with one line naming the closest valid option (exit code 2).
+    parse_known = parser.parse_known_args
+
+    def parse_known_args(args=None, namespace=None):  # noqa: ANN001, ANN202
+        ns, extras = parse_known(args, namespace)
+        setattr(ns, _UNKNOWN, [*getattr(ns, _UNKNOWN, []), *extras])
+        return ns, []
+
+    parser.parse_known_args = parse_known_args  # type: ignore[method-assign]
+
+
+def _unknown_option_error(options: list[str]) -> ValueError:
+    from snip.train.config import leaf_map
+
+    bad = next((o for o in options if o.startswith("-")), options[0]).split("=")[0]
+    valid = ["--config", "--resume", *(f"--{k}" for k in leaf_map())]
+    close = difflib.get_close_matches(bad, valid, n=1, cutoff=0.5)
+    hint = f"; did you mean {close[0]}?" if close else "; see snip train --help"
+    return ValueError(f"unknown option {bad}{hint}")
+
+
+def run(args: argparse.Namespace) -> int:
+    from snip.train import NonFiniteError, from_sources, train
+
+    if getattr(args, _UNKNOWN, None):
+        raise _unknown_option_error(getattr(args, _UNKNOWN))
+    overrides = {k[len(_PREFIX):]: v for k, v in vars(args).items() if k.startswith(_PREFIX)}
+    cfg = from_sources(args.config, overrides, args.resume)
+    try:
+        result = train(cfg, resume=args.resume)
+    except NonFiniteError as e:
+        print(f"snip train: {e}", file=sys.stderr)
+        _report(cfg)
+        return 3
+    report = _report(cfg)
+    if result.interrupted:
+        print(f"snip train: interrupted at step {result.step}; checkpoint saved. Continue with: "
+              f"snip train --resume {result.run_dir}", file=sys.stderr)
+        return 130
+    if report is not None:
+        print(f"run: {result.run_dir}  step {result.step}  train loss {result.train_loss:.4f}  "
+              f"val loss {result.val_loss:.4f}  ({result.seconds:.0f}s)")
+        print(f"report: {report}")
+    return 0
+
+
+def _report(cfg: object) -> object:
+    """Write the run's report from rank 0; returns its path (None on other ranks)."""
+    import os
+    from pathlib import Path
+
+    if int(os.environ.get("RANK", "0")) != 0:
+        return None
+    from snip.report import write_report
+
+    run_dir = Path(cfg.run.dir) / cfg.run.name
+    return write_report([run_dir], out=run_dir)
