@@ -126,7 +126,7 @@ def train(s: Setup, ds, seed: int, *, steps: int | None = None, policy: str | No
             rec.step(opt)
         else:
             opt.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
         done = step + 1
         if max_seconds and time.perf_counter() - t0 > max_seconds:
             break
@@ -197,9 +197,9 @@ def summarize(results: dict, seeds: list[int]) -> tuple[str, dict]:
                                            "R_per_seed": a[:, 0].tolist(),
                                            "val_loss_mean": float(a[:, 1].mean()),
                                            "never_moved_mean": float(a[:, 2].mean())}
+                per_seed = " / ".join(f"{r:.1f}" for r in a[:, 0])
                 table.append(f"| {fmt} | {arm} | {a[:, 1].mean():.4f} | "
-                             f"{a[:, 0].mean():6.1f} % | "
-                             + " / ".join(f"{r:.1f}" for r in a[:, 0]) + f" | {a[:, 2].mean():.3f} |")
+                             f"{a[:, 0].mean():6.1f} % | {per_seed} | {a[:, 2].mean():.3f} |")
     l32 = [results[f"fp32_s{sd}"]["val_loss"] for sd in seeds if f"fp32_s{sd}" in results]
     head = ["| format | arm | val loss | R (mean) | R per seed | never-moved |",
             "|---|---|---|---|---|---|"]
@@ -214,7 +214,10 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=0, help="fixed step count (skip sizing)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--out", default=str(OUT), help="output directory")
     args = ap.parse_args()
+    global OUT
+    OUT = Path(args.out)
     torch.set_num_threads(args.threads)
     from snip.data import load_dataset
 

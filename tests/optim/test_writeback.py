@@ -159,3 +159,19 @@ def test_scaled_grid_and_state_bytes():
     b = opt.state_bytes()
     n = sum(p.numel() for _, p in eligible_parameters(m))
     assert b["stored_weights"] == n and b["policy_state"] == 4 * n
+
+
+def test_low_precision_optimizer_states_on_grid():
+    from snip.formats import quantize
+
+    for fmt in ("bf16", "mxfp8_e4m3"):
+        m = _model()
+        opt = _wrapped(m, policy="rne", state_format=fmt)
+        _train(m, opt, _data(2))
+        for s in opt.slots:
+            for k in ("exp_avg", "exp_avg_sq"):
+                v = opt.optimizer.state[s.param][k]
+                want = cast(v, "bf16") if fmt == "bf16" else quantize(v, fmt)
+                assert torch.equal(v, want)
+        assert opt.state_bytes()["optimizer_state"] < 2 * 4 * sum(s.param.numel()
+                                                                  for s in opt.slots)

@@ -23,20 +23,27 @@ import torch
 from snip.formats import codes as C
 from snip.formats.cast import Rounding, as_rounding, cast, check_float_tensor, make_generator
 from snip.formats.hadamard import irht, rht
-from snip.formats.scaling import BlockLayout, Scales, compute_scales, e4m3_decode, e8m0_decode
+from snip.formats import fast
+from snip.formats.scaling import BlockLayout, Scales, block_amax, e4m3_decode, e8m0_decode, scales_from_amax
 from snip.formats.spec import QuantSpec, ScaleFormat, Scaling, get_spec
 
 _NATIVE = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
 def _grid(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Rounding,
-          generator: torch.Generator | None) -> tuple[BlockLayout, torch.Tensor, Scales]:
-    """Steps 2-4 on an fp32 tensor: layout, grid values per block, scales."""
+          generator: torch.Generator | None, dequant: bool,
+          ) -> tuple[BlockLayout, torch.Tensor, Scales]:
+    """Steps 2-4 (and 5's multiply when ``dequant``) on an fp32 tensor, block by block."""
     layout = BlockLayout.of(x, spec, axis)
     blocks = layout.to_blocks(x)
-    scales = compute_scales(blocks, spec)
+    if fast.enabled() and fast.supports(spec.element) and x.device.type == "cpu" and blocks.numel():
+        scales = scales_from_amax(fast.block_amax(blocks), spec)
+        q = fast.quantize_blocks(blocks, scales.encode, scales.decode, spec.element, rounding,
+                                 generator, dequant)
+        return layout, q, scales
+    scales = scales_from_amax(block_amax(blocks), spec)
     q = cast(blocks * scales.encode, spec.element, rounding, saturate=True, generator=generator)
-    return layout, q, scales
+    return layout, (q * scales.decode if dequant else q), scales
 
 
 def _resolve(x: torch.Tensor, spec: QuantSpec | str, rounding: Rounding | str | None,
@@ -63,8 +70,8 @@ def quantize(x: torch.Tensor, spec: QuantSpec | str, *, axis: int = -1,
     xf = x.float()
     if spec.hadamard:
         xf = rht(xf, spec.hadamard, spec.hadamard_seed, axis)
-    layout, q, scales = _grid(xf, spec, axis, mode, gen)
-    out = layout.from_blocks(q * scales.decode)
+    layout, deq, _ = _grid(xf, spec, axis, mode, gen, dequant=True)
+    out = layout.from_blocks(deq)
     if spec.hadamard:
         out = irht(out, spec.hadamard, spec.hadamard_seed, axis, x.shape[axis])
     return out.to(x.dtype)
@@ -135,7 +142,7 @@ def encode(x: torch.Tensor, spec: QuantSpec | str, *, axis: int = -1,
     xf = x.float()
     if spec.hadamard and x.numel():
         xf = rht(xf, spec.hadamard, spec.hadamard_seed, axis)
-    layout, q, scales = _grid(xf, spec, axis, mode, gen)
+    layout, q, scales = _grid(xf, spec, axis, mode, gen, dequant=False)
     codes = C.pack(C.encode_codes(q, spec.element), spec.element.bits)
     stored = scales.stored.reshape(-1)
     return QTensor(codes, stored, scales.tensor_scale, spec, layout, tuple(q.shape), shape, dtype,

@@ -176,10 +176,15 @@ def e4m3_decode(block: torch.Tensor, tensor_decode: torch.Tensor,
     return Scales(dec, enc, block, tensor_decode)
 
 
-def compute_scales(blocks: torch.Tensor, spec: QuantSpec) -> Scales:
-    """Scales for a ``(n_blocks, k)`` fp32 block matrix."""
-    amax = blocks.abs().amax(dim=-1, keepdim=True) if blocks.numel() else blocks.new_zeros(
-        blocks.shape[0], 1)
+def block_amax(blocks: torch.Tensor) -> torch.Tensor:
+    """``(n_blocks, 1)`` max-abs of each block (NaN if the block holds a NaN)."""
+    if not blocks.numel():
+        return blocks.new_zeros(blocks.shape[0], 1)
+    return blocks.abs().amax(dim=-1, keepdim=True)
+
+
+def scales_from_amax(amax: torch.Tensor, spec: QuantSpec) -> Scales:
+    """Scales for blocks with the given ``(n_blocks, 1)`` fp32 amax."""
     if spec.scale_format is ScaleFormat.E8M0:
         return e8m0_scales(amax, spec)
     if spec.scale_format is ScaleFormat.E4M3:
@@ -188,3 +193,8 @@ def compute_scales(blocks: torch.Tensor, spec: QuantSpec) -> Scales:
         x_amax = finite.max() if amax.numel() else amax.new_zeros(())
         return e4m3_scales(amax, nvfp4_encode_scale(x_amax, spec), spec)
     return fp32_scales(amax, spec)
+
+
+def compute_scales(blocks: torch.Tensor, spec: QuantSpec) -> Scales:
+    """Scales for a ``(n_blocks, k)`` fp32 block matrix."""
+    return scales_from_amax(block_amax(blocks), spec)

@@ -64,8 +64,9 @@ _BLOCK = re.compile(r"(?:^|\.)(?:layers|h|blocks|layer)\.(\d+)\.")
 def low_high(problem: Problem) -> tuple[int, int]:
     """Indices of the ``low`` and ``high`` candidates (module docstring)."""
     cands = problem.candidates
-    if problem.budget.fp4_fraction:
-        low = next(i for i, c in enumerate(cands) if is_fp4(c))
+    fp4 = [i for i, c in enumerate(cands) if is_fp4(c)]
+    if problem.budget.fp4_fraction is not None and fp4:
+        low = fp4[0]
     else:
         low = int(np.argmin(problem.time[0])) if len(problem.time) else 0
     highs = [i for i, c in enumerate(cands) if i != low and not is_fp4(c)]
@@ -116,7 +117,7 @@ def order_random(problem: Problem, seed: int) -> list[int]:
 
 
 def _gain_fn(problem: Problem, low: int, high: int) -> Callable[[int], float]:
-    if problem.budget.fp4_fraction:
+    if problem.budget.fp4_fraction is not None:
         return lambda u: float(problem.fp4[u, low] - problem.fp4[u, high])
     return lambda u: float(problem.time[u, high] - problem.time[u, low])
 
@@ -124,7 +125,7 @@ def _gain_fn(problem: Problem, low: int, high: int) -> Callable[[int], float]:
 def _need(problem: Problem, choice: np.ndarray, rows: np.ndarray) -> float:
     """FLOPs of FP4 (or time units) still missing in ``rows`` for the primary target."""
     b, tot = problem.budget, problem.flops[rows].sum()
-    if b.fp4_fraction:
+    if b.fp4_fraction is not None:
         return b.fp4_fraction * tot - problem.fp4[rows, choice[rows]].sum()
     return problem.time[rows, choice[rows]].sum() - b.relative_time * tot
 

@@ -1,8 +1,11 @@
 """Sensitivity of the loss and of the weight updates to each layer's GEMM precision.
 
-* :class:`SensitivityTable` -- versioned JSON of per layer x GEMM x candidate divergences.
+* :func:`measure` -- one statistics cycle (clean pass, backward noise pass, forward noise pass)
+  -> :class:`SensitivityTable`, the versioned JSON of per layer x GEMM x candidate divergences.
+* :mod:`snip.sensitivity.probes` -- hooks that exist only while a probe is active.
+* :mod:`snip.sensitivity.adam` -- the linearised AdamW update gain.
 """
-
+from snip.sensitivity.estimate import SensitivityConfig, measure
 from snip.sensitivity.table import (
     TABLE_VERSION,
     LayerEntry,
@@ -13,5 +16,5 @@ from snip.sensitivity.table import (
     synthetic_table,
 )
 
-__all__ = ["TABLE_VERSION", "LayerEntry", "Metric", "Normalization", "SensitivityTable",
+__all__ = ["SensitivityConfig", "measure", "TABLE_VERSION", "LayerEntry", "Metric", "Normalization", "SensitivityTable",
            "normalize", "synthetic_table"]

@@ -118,7 +118,8 @@ class TrainSection:
     skip_nonfinite: bool = opt(False, "skip (and count) a step with a non-finite loss or "
                                       "gradient instead of stopping")
     device: str = opt("auto", "'auto' (cuda if available), 'cpu', 'cuda' or 'cuda:N'")
-    threads: int = opt(0, "torch CPU threads (0: torch's default)")
+    threads: int = opt(0, "torch CPU threads (0: auto, half the cores: on a shared machine "
+                          "oversubscribed threads slow small models down several times)")
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "seq_len", "grad_accum", "eval_every",

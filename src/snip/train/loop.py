@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import signal
 import time
 from dataclasses import dataclass, field
@@ -105,23 +106,21 @@ def autocast(device: torch.device, enabled: bool) -> contextlib.AbstractContextM
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, data: Batches, cfg: C.Config, device: torch.device,
-             dist: distributed.DistInfo) -> float:
-    """Mean validation loss over the fixed held-out batches (averaged over ranks). Runs
-    under a forked RNG so that evaluating never shifts the training random streams."""
+def evaluate(model: nn.Module, data: Batches, cfg: C.Config, device: torch.device) -> float:
+    """Mean validation loss over the fixed held-out batches. Every rank evaluates the same
+    batches (no communication needed), under a forked RNG so that evaluating never shifts the
+    training random streams."""
     t = cfg.train
-    micro = t.batch_size // t.grad_accum
     devices = [device.index or 0] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):
         model.eval()
         losses = []
-        for batch in data.eval_batches(micro, t.seq_len, t.eval_batches):
-            x, y = (v.to(device) for v in local_rows(batch, dist))
+        for x, y in data.eval_batches(t.batch_size // t.grad_accum, t.seq_len, t.eval_batches):
             with autocast(device, t.bf16):
-                _, loss = model(x, y)
+                _, loss = model(x.to(device), y.to(device))
             losses.append(loss.float())
         model.train()
-    return distributed.mean_over_ranks(torch.stack(losses).mean(), dist).item()
+    return torch.stack(losses).mean().item()
 
 
 class StopFlag:
@@ -207,8 +206,7 @@ def setup(cfg: C.Config, resume: Path | None = None) -> Run:
     dist = distributed.setup(device.type)
     if device.type == "cuda" and dist.enabled:
         device = torch.device("cuda", dist.local_rank)
-    if t.threads:
-        torch.set_num_threads(t.threads)
+    torch.set_num_threads(t.threads or max(1, (os.cpu_count() or 2) // 2))
     _check_batch_split(t, dist)
     data = open_data(cfg.data, cfg.seed)  # before creating anything: bad data loses nothing
     ckpt = checkpoint.load(checkpoint.find(resume)) if resume is not None else None
@@ -382,7 +380,7 @@ def _train(run: Run) -> RunResult:
 
 
 def _eval_and_log(run: Run, step: int, bar: Any = None) -> float:
-    val = evaluate(run.model, run.data, run.cfg, run.device, run.dist)
+    val = evaluate(run.model, run.data, run.cfg, run.device)
     ppl = math.exp(min(val, 50.0))
     run.log.log("eval", step, val_loss=val, ppl=ppl)
     if bar is not None and run.dist.is_main:

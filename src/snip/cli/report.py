@@ -1,0 +1,32 @@
+"""``snip report``: plots and a self-contained HTML page for one run, or several overlaid.
+
+    snip report runs/NAME                      # runs/NAME/report.html and PNGs
+    snip report runs/A runs/B --out compare/   # A and B on shared axes
+"""
+
+from __future__ import annotations
+
+import argparse
+
+COMMAND = "report"
+HELP = "write PNG plots and report.html for a run directory (or overlay several with --out)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories")
+    parser.add_argument("--out", metavar="DIR", default=None,
+                        help="output directory (default: the run directory; required for "
+                             "several runs)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from snip.report import load_run, summary, write_report
+
+    path = write_report(args.runs, out=args.out)
+    for d in args.runs:
+        s = summary(load_run(d))
+        numbers = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+                            for k, v in s.items() if v is not None)
+        print(f"{d}: {numbers}")
+    print(f"report: {path}")
+    return 0

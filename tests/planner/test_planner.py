@@ -1,0 +1,143 @@
+"""Planner behaviour: ILP optimality vs brute force, budgets met, baselines, errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from snip.plan import PrecisionPlan
+from snip.planner import Budget, Method, build_problem, solve
+from snip.planner.ilp import solve_brute_force, solve_ilp
+from snip.sensitivity import SensitivityTable, synthetic_table
+
+TWO = ("fp8_e4m3_tile128", "fp4_e2m1_tile128")
+FOUR = ("bf16", "mxfp8_e4m3", "mxfp4", "nvfp4")
+SMALL = {"wq": (256, 256), "w1": (256, 768), "w2": (768, 256)}
+
+
+def small_table(seed: int, cands=TWO, n_layers: int = 2) -> SensitivityTable:
+    return synthetic_table(n_layers, cands, seed=seed, shapes=SMALL, tokens=64)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("budget", [0.3, 0.6, 0.9])
+def test_ilp_equals_brute_force_per_layer(seed: int, budget: float) -> None:
+    p = build_problem(small_table(seed, n_layers=3), budget)
+    ilp, ref = solve_ilp(p), solve_brute_force(p)
+    assert p.objective(ilp) == pytest.approx(p.objective(ref), rel=1e-9, abs=1e-12)
+    assert not p.violations(ilp)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_ilp_equals_brute_force_four_formats_time_budget(seed: int) -> None:
+    t = synthetic_table(1, FOUR, seed=seed, shapes={"wq": (256, 256), "w2": (768, 256)},
+                        tokens=64)
+    for budget in (Budget(relative_time=0.5), Budget(fp4_fraction=0.5, relative_time=0.45),
+                   Budget(fp4_fraction=0.4, memory_bytes=1.2e6)):
+        p = build_problem(t, budget, candidates=FOUR, per_gemm=True)
+        ilp, ref = solve_ilp(p), solve_brute_force(p)
+        assert p.objective(ilp) == pytest.approx(p.objective(ref), rel=1e-9, abs=1e-12)
+
+
+def test_budget_met_exactly_when_reachable() -> None:
+    # 8 equal layers: 0.75 is reachable exactly (6 of 8), and the ILP must not overshoot
+    # when FP4 costs more than FP8 everywhere.
+    t = synthetic_table(8, TWO, seed=1, shapes={"wq": (128, 128)})
+    plan = solve(t, 0.75)
+    assert plan.meta["achieved"]["fp4_flop_fraction"] == pytest.approx(0.75)
+
+
+@pytest.mark.parametrize("method", [m.value for m in Method])
+@pytest.mark.parametrize("budget", [0.0, 0.5, 0.75, 0.8, 1.0])
+def test_every_method_meets_budget(method: str, budget: float) -> None:
+    t = synthetic_table(4, TWO, seed=3)
+    plan = solve(t, budget, method=method, seed=7)
+    assert isinstance(plan, PrecisionPlan)
+    assert plan.meta["achieved"]["fp4_flop_fraction"] >= budget - 1e-9
+    assert set(plan.layers) == set(t.layers)
+
+
+def test_ilp_never_worse_than_baselines() -> None:
+    t = synthetic_table(6, TWO, seed=5)
+    best = solve(t, 0.75).meta["objective"]
+    for m in Method:
+        assert best <= solve(t, 0.75, method=m).meta["objective"] + 1e-12
+
+
+def test_baselines_least_overshoot() -> None:
+    t = synthetic_table(8, TWO, seed=2, shapes={"wq": (128, 128)})
+    for m in ("layer_id", "layer_type", "min_rel_err", "random"):
+        assert solve(t, 0.75, method=m).meta["achieved"]["fp4_flop_fraction"] == pytest.approx(0.75)
+
+
+def test_layer_id_keeps_ends_high() -> None:
+    t = synthetic_table(6, TWO, seed=0, shapes={"wq": (128, 128)})
+    plan = solve(t, 0.5, method="layer_id")
+    low = {n for n, e in plan.layers.items() if e["fprop"] == "fp4_e2m1_tile128"}
+    assert low == {"layers.2.wq", "layers.3.wq", "layers.1.wq"} or "layers.0.wq" not in low
+    assert "layers.0.wq" not in low and "layers.5.wq" not in low
+
+
+def test_per_gemm_and_plan_roundtrip(tmp_path) -> None:
+    t = synthetic_table(2, FOUR, seed=0)
+    plan = solve(t, 0.6, per_gemm=True, candidates=FOUR)
+    plan.to_json(tmp_path / "p.json")
+    again = PrecisionPlan.from_json(tmp_path / "p.json")
+    assert again.layers == plan.layers
+
+
+def test_pipeline_stages_each_meet_budget() -> None:
+    t = synthetic_table(4, TWO, seed=4)
+    names = t.names
+    stages = (tuple(n for n in names if n.startswith(("layers.0.", "layers.1."))),
+              tuple(n for n in names if n.startswith(("layers.2.", "layers.3."))))
+    b = Budget(fp4_fraction=0.6, stages=stages)
+    p = build_problem(t, b)
+    for choice in (solve_ilp(p), ):
+        for s in range(2):
+            assert p.fp4_fraction(choice, p.stage == s) >= 0.6 - 1e-9
+    for m in ("layer_id", "random"):
+        assert solve(t, b, method=m).meta["achieved"]["fp4_flop_fraction"] >= 0.6 - 1e-9
+
+
+def test_table_json_roundtrip(tmp_path) -> None:
+    t = synthetic_table(2, TWO, seed=0)
+    t.to_json(tmp_path / "t.json")
+    again = SensitivityTable.from_json(tmp_path / "t.json")
+    assert again.to_dict() == t.to_dict()
+    assert solve(again, 0.5).layers == solve(t, 0.5).layers
+
+
+@pytest.mark.parametrize("budget", [-0.1, 1.5])
+def test_budget_out_of_range(budget: float) -> None:
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        solve(synthetic_table(1, TWO), budget)
+
+
+def test_no_fp4_candidate_with_fp4_budget() -> None:
+    t = synthetic_table(1, FOUR)
+    with pytest.raises(ValueError, match="4-bit candidate"):
+        solve(t, 0.5, candidates=("bf16", "mxfp8_e4m3"))
+
+
+def test_infeasible_reports_largest_achievable() -> None:
+    t = synthetic_table(2, FOUR)
+    with pytest.raises(ValueError, match="largest achievable.*min relative time = 0.25"):
+        solve(t, Budget(relative_time=0.1), candidates=FOUR)
+    with pytest.raises(ValueError, match="infeasible"):
+        solve(t, Budget(fp4_fraction=0.9, memory_bytes=1.0), candidates=FOUR)
+
+
+def test_unknown_method_and_candidate() -> None:
+    t = synthetic_table(1, TWO)
+    with pytest.raises(ValueError, match="valid methods"):
+        solve(t, 0.5, method="magic")
+    with pytest.raises(ValueError, match="not measured"):
+        solve(t, 0.5, candidates=("bf16", "nvfp4"))
+
+
+def test_zero_budget_all_high_when_fp4_worse() -> None:
+    t = synthetic_table(2, TWO)
+    plan = solve(t, 0.0)
+    assert plan.meta["achieved"]["fp4_flop_fraction"] == 0.0
+    assert np.isclose(plan.meta["objective"], plan.meta["objective"])

@@ -1,0 +1,30 @@
+"""Shared fixtures: a small text corpus and the settings of a seconds-long tiny run."""
+
+from __future__ import annotations
+
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """~150 kB of Python source as one text file: small enough to tokenize instantly."""
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    text = "".join((stdlib / f).read_text() for f in ("argparse.py", "textwrap.py"))
+    path = tmp_path_factory.mktemp("corpus") / "corpus.txt"
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture
+def tiny(corpus: Path, tmp_path: Path) -> dict[str, object]:
+    """Dotted overrides for a tiny run in tmp_path/runs/tiny (12 steps, a second or two)."""
+    return {
+        "model.name": "tiny", "data.path": str(corpus), "train.steps": 12,
+        "train.batch_size": 4, "train.seq_len": 32, "train.warmup_steps": 2,
+        "train.eval_every": 6, "train.eval_batches": 2, "train.ckpt_every": 6,
+        "train.threads": 1, "log.every": 1, "log.progress": False,
+        "run.dir": str(tmp_path / "runs"), "run.name": "tiny",
+    }
