@@ -215,9 +215,11 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default=str(OUT), help="output directory")
+    ap.add_argument("--formats", nargs="+", default=list(FORMATS), choices=FORMATS)
+    ap.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
     args = ap.parse_args()
-    global OUT
-    OUT = Path(args.out)
+    global OUT, FORMATS, ARMS
+    OUT, FORMATS, ARMS = Path(args.out), tuple(args.formats), tuple(args.arms)
     torch.set_num_threads(args.threads)
     from snip.data import load_dataset
 

@@ -130,3 +130,17 @@ def test_quantspec_is_frozen_and_presets_complete():
     assert isinstance(spec, QuantSpec)
     with pytest.raises(dataclasses.FrozenInstanceError):
         spec.block = 16
+
+
+def test_exact_log2_helpers_match_float64():
+    from snip.formats.scaling import ceil_log2, exp2_int, floor_log2
+
+    k = torch.arange(-149, 128)
+    assert torch.equal(exp2_int(k).double(), torch.exp2(k.double()))
+    v = torch.cat([exp2_int(k), torch.rand(10000) * 1e4, torch.rand(1000) * 1e-39,
+                   torch.nextafter(exp2_int(k), torch.tensor(float("inf")))])
+    v = v[v > 0]
+    ref_floor = torch.floor(torch.log2(v.double())).clamp(min=-127)
+    ref_ceil = torch.ceil(torch.log2(v.double())).clamp(min=-127)
+    assert torch.equal(floor_log2(v).double().clamp(min=-127), ref_floor)
+    assert torch.equal(ceil_log2(v).double(), ref_ceil)

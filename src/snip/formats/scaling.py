@@ -13,7 +13,7 @@ same as dividing.  Rules:
           fp32 is raised to it, so ``1/s`` is finite.
 * e8m0:   ``floor``: ``s = 2^(floor(log2 amax) - emax_elem)`` (OCP MX; ``amax/s`` can reach
           ``2^(emax+1)``, elements saturate); ``rceil``: ``s = 2^ceil(log2(amax / elem_max))``.
-          Exponent clamped to ``[-127, 127]``; computed in float64 where log2 is exact enough.
+          Exponent clamped to ``[-127, 127]``; log2 floor/ceil come exactly from fp32 bits.
 * e4m3:   NVFP4 / Transformer Engine chain.  ``S_enc = min(448*6 / amax_tensor, FLT_MAX)``
           (1 when that is 0 or amax is 0); per block ``S_dec_b = e4m3(min(amax_b * (S_enc * (1/6)),
           448))``; the block's decode scale is ``f32(S_dec_b) * (1/S_enc)`` and its encode scale
@@ -117,23 +117,46 @@ def _poison_nonfinite(amax: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
     return torch.where(torch.isfinite(amax), s, torch.full_like(s, float("nan")))
 
 
+def exp2_int(k: torch.Tensor) -> torch.Tensor:
+    """Exact fp32 ``2^k`` for integer ``k`` in [-149, 127], built from bits (no libm)."""
+    k = k.to(torch.int32)
+    normal = ((k.clamp(min=-126) + 127) * (1 << 23)).view(torch.float32)  # multiply: vectorizes
+    if bool((k >= -126).all()):
+        return normal
+    sub = (torch.ones_like(k) << (k.clamp(-149, -127) + 149)).view(torch.float32)
+    return torch.where(k >= -126, normal, sub)
+
+
+def floor_log2(v: torch.Tensor) -> torch.Tensor:
+    """``floor(log2 v)`` from the fp32 exponent field (subnormals and 0 give -127, as torchao)."""
+    return ((v.float().view(torch.int32) >> 23) & 0xFF) - 127
+
+
+def ceil_log2(v: torch.Tensor) -> torch.Tensor:
+    """Exact ``ceil(log2 v)`` for finite fp32 ``v >= 0``, clamped below at -127 (0 gives -127)."""
+    bits = v.float().view(torch.int32)
+    exp, man = (bits >> 23) & 0xFF, bits & 0x7FFFFF
+    normal = exp - 127 + (man != 0).to(torch.int32)
+    sub = torch.where(man > 0x400000, -126, -127).to(torch.int32)  # v in (2^-127, 2^-126) -> -126
+    return torch.where(exp == 0, sub, normal)
+
+
 def fp32_scales(amax: torch.Tensor, spec: QuantSpec) -> Scales:
     s = amax / spec.element.max_normal
     if spec.pow2_scales:
-        s = torch.exp2(torch.ceil(torch.log2(s.double()))).float()
+        s = exp2_int(ceil_log2(s).clamp(-126, 127))
     s = torch.where(amax == 0, torch.ones_like(s), s.clamp(min=FLT_MIN_NORMAL))
     s = _poison_nonfinite(amax, s)
     return Scales(s, 1.0 / s, s)
 
 
 def e8m0_exponent(amax: torch.Tensor, spec: QuantSpec) -> torch.Tensor:
-    """Unbiased e8m0 exponent per block (int32), clamped to [-127, 127]."""
-    a = amax.double()
+    """Unbiased e8m0 exponent per block (int32), clamped to [-127, 127]; exact bit arithmetic."""
     if spec.e8m0_rule is E8M0Rule.FLOOR:
-        k = torch.floor(torch.log2(a)) - spec.element.emax
+        k = floor_log2(amax) - spec.element.emax
     else:
-        k = torch.ceil(torch.log2((amax / spec.element.max_normal).double()))
-    return k.nan_to_num(nan=0.0, posinf=127.0, neginf=-127.0).clamp(-127, 127).to(torch.int32)
+        k = ceil_log2(amax / spec.element.max_normal)
+    return k.clamp(-127, 127)
 
 
 def e8m0_scales(amax: torch.Tensor, spec: QuantSpec) -> Scales:
@@ -144,10 +167,9 @@ def e8m0_scales(amax: torch.Tensor, spec: QuantSpec) -> Scales:
 
 def e8m0_decode(biased: torch.Tensor) -> Scales:
     """Scales from stored e8m0 bytes; 0xFF is NaN."""
-    k = biased.to(torch.float64) - 127
-    s = torch.exp2(k).float()
-    s = torch.where(biased == 255, torch.full_like(s, float("nan")), s)
-    return Scales(s, torch.exp2(-k).float(), biased)
+    k = biased.to(torch.int32) - 127
+    s = torch.where(biased == 255, torch.full(k.shape, float("nan"), device=k.device), exp2_int(k))
+    return Scales(s, exp2_int(-k), biased)
 
 
 def nvfp4_encode_scale(x_amax: torch.Tensor, spec: QuantSpec) -> torch.Tensor:

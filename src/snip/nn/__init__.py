@@ -1,5 +1,29 @@
 """Quantized training layers: per-GEMM formats for linear layers, and model conversion."""
 
+from snip.nn.convert import (
+    apply_specs,
+    convert,
+    disabled,
+    layer_seed,
+    qlinear_layers,
+    unconvert,
+)
+from snip.nn.gemm import (
+    Accum,
+    GemmConfig,
+    QuantizedLinearFn,
+    SavedBytes,
+    SaveMode,
+    operand_seed,
+    quantized_linear,
+    weight_reusable,
+)
+from snip.nn.qlinear import QLinear, as_gemm_specs, saved_activation_bytes
 from snip.nn.specs import Gemm, GemmSpecs
 
-__all__ = ["Gemm", "GemmSpecs"]
+__all__ = [
+    "Accum", "Gemm", "GemmConfig", "GemmSpecs", "QLinear", "QuantizedLinearFn", "SaveMode",
+    "SavedBytes", "apply_specs", "as_gemm_specs", "convert", "disabled", "layer_seed",
+    "operand_seed", "qlinear_layers", "quantized_linear", "saved_activation_bytes", "unconvert",
+    "weight_reusable",
+]

@@ -1,0 +1,317 @@
+"""The three GEMMs of a linear layer, each in its own number format (one autograd Function).
+
+A linear layer ``Y = X W^T + b`` with ``X: (T, K)`` (T tokens, K = in_features) and
+``W: (N, K)`` (N = out_features) runs three matrix products per training step::
+
+    fprop   Y  = Q(X) Q(W)^T      contraction over K  (in_features)
+    dgrad   dX = Q(dY) Q(W)       contraction over N  (out_features)
+    wgrad   dW = Q(dY)^T Q(X)     contraction over T  (tokens)
+
+``Q`` is fake quantization (:func:`snip.formats.quantize`: quantize, then dequantize in fp32)
+with that GEMM's :class:`~snip.formats.QuantSpec`.  Block scales must be shared along the axis a
+GEMM *sums over* -- a hardware low-precision GEMM multiplies one scale per operand block into
+each partial sum -- so every operand is re-quantized per GEMM along its contraction axis:
+
+=========  ================================  ===================================
+GEMM       first operand                     second operand
+=========  ================================  ===================================
+fprop      X (T, K) along K  (axis -1)       W (N, K) along K  (axis -1)
+dgrad      dY (T, N) along N (axis -1)       W (N, K) along N  (axis 0)
+wgrad      dY (T, N) along T (axis 0)        X (T, K) along T  (axis 0)
+=========  ================================  ===================================
+
+Leading dimensions of ``X`` are flattened into the token axis ``T``.  Weights use
+``spec.for_weight()``: with ``weight_2d`` specs (NVFP4, the 128x128 FP8/FP4 tiles) that is a 2-D
+tile, whose scale does not depend on the axis, so ``Q(W)`` of fprop *is* ``Q(W)`` of dgrad when
+both GEMMs share the spec -- it is quantized once and reused (:func:`weight_reusable`).
+
+Gradient operands (``dY``) round with ``spec.grad_rounding`` (stochastic for the FP4 presets: an
+unbiased gradient estimate).  Every stochastic draw comes from a generator seeded by
+``(layer seed, step, gemm, operand)`` (:func:`operand_seed`): a run is reproducible, and each step
+sees fresh noise.  A GEMM whose spec is the identity (fp32) is a plain fp32 matmul, with the same
+kernels as ``F.linear``, so an all-fp32 layer equals ``F.linear`` bit for bit.
+
+Products accumulate in fp32 (``Accum.FP32``); ``Accum.BF16`` runs the product on bf16 operands
+and returns a bf16 result (fp32 accumulation inside the kernel, bf16 output, like a bf16 GEMM).
+The bias is added in fp32.  Under ``torch.autocast`` every operand is quantized in fp32 and the
+output is returned in the autocast dtype; gradients come back in each input's own dtype.
+
+What backward needs is saved in one of two ways (:class:`SaveMode`): ``HP`` keeps ``X`` and
+``W`` in high precision and re-quantizes them in backward (as torchao's float8 training does);
+``ENCODED`` keeps real packed :class:`~snip.formats.QTensor` s of exactly the operands the
+backward GEMMs consume -- ``Q_wgrad(X)`` along tokens and ``Q_dgrad(W)`` along out_features --
+and dequantizes them in backward.  Both give bit-identical gradients: ``encode(x).dequantize()``
+equals ``quantize(x)``, and a stochastic operand uses the same seed in either place.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from dataclasses import dataclass, field
+
+import torch
+
+from snip.formats import QTensor, QuantSpec, Rounding, Scaling, encode, quantize
+from snip.nn.specs import Gemm, GemmSpecs
+
+
+class SaveMode(enum.Enum):
+    """What the forward pass keeps for backward."""
+
+    HP = "hp"            # high-precision X and W; re-quantized in backward
+    ENCODED = "encoded"  # packed QTensors in the backward GEMMs' formats
+
+
+class Accum(enum.Enum):
+    """Precision of the GEMM itself (the operands are already on their format's grid)."""
+
+    FP32 = "fp32"
+    BF16 = "bf16"
+
+
+class Operand(enum.Enum):
+    INPUT = "input"
+    WEIGHT = "weight"
+    GRAD_OUTPUT = "grad_output"
+
+
+@dataclass(frozen=True, kw_only=True)
+class GemmConfig:
+    """Everything one call of the Function needs besides the tensors."""
+
+    specs: GemmSpecs
+    seed: int = 0
+    step: int = 0
+    save: SaveMode = SaveMode.HP
+    accum: Accum = Accum.FP32
+    out_dtype: torch.dtype | None = None  # None: the input's dtype
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "save", SaveMode(self.save))
+        object.__setattr__(self, "accum", Accum(self.accum))
+
+
+@dataclass
+class SavedBytes:
+    """Bytes a forward pass left for backward, beyond the parameters themselves."""
+
+    activation: int = 0  # X, or what replaces it
+    weight: int = 0      # quantized copies of W (the Parameter itself is not counted)
+    detail: dict[str, int] = field(default_factory=dict)
+
+
+def operand_seed(seed: int, step: int, gemm: Gemm, operand: Operand) -> int:
+    """A 63-bit seed for one operand's stochastic rounding, stable across processes."""
+    key = f"{seed}:{step}:{gemm.value}:{operand.value}".encode()
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") >> 1
+
+
+def quantize_operand(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Rounding,
+                     seed: int) -> torch.Tensor:
+    """Fake-quantize one GEMM operand in fp32 (identity specs pass the fp32 tensor through)."""
+    x = x.float()
+    if spec.is_identity:
+        return x
+    gen = seed if rounding is Rounding.STOCHASTIC else None
+    return quantize(x, spec, axis=axis, rounding=rounding, generator=gen)
+
+
+def encode_operand(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Rounding,
+                   seed: int) -> QTensor:
+    """Like :func:`quantize_operand`, but keep real packed storage."""
+    gen = seed if rounding is Rounding.STOCHASTIC else None
+    return encode(x.float(), spec, axis=axis, rounding=rounding, generator=gen)
+
+
+def weight_reusable(fprop: QuantSpec, dgrad: QuantSpec) -> bool:
+    """True when ``Q_fprop(W)`` along in_features equals ``Q_dgrad(W)`` along out_features.
+
+    That holds when both GEMMs use the same weight spec and its scales do not depend on the
+    axis: one tensor scale, or square 2-D tiles (the Hadamard rotation is axis-bound).
+    """
+    w = fprop.for_weight()
+    axis_free = w.scaling in (Scaling.NONE, Scaling.TENSOR, Scaling.BLOCK2D)
+    return w == dgrad.for_weight() and axis_free and not w.hadamard
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor, accum: Accum,
+           bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``a @ b (+ bias)`` in the accumulation precision; the bias is added in fp32."""
+    if accum is Accum.BF16:
+        out = (a.bfloat16() @ b.bfloat16()).float()
+        return out if bias is None else out + bias.float()
+    if bias is None:
+        return a @ b
+    return torch.addmm(bias.float(), a, b)  # the kernel F.linear uses: identity stays exact
+
+
+class _Saved:
+    """Forward-side bookkeeping: what backward gets of ``X`` and ``W``, and its cost in bytes.
+
+    ``w_quantized`` marks a ``W`` that is already ``Q_dgrad(W)`` (reused from fprop).
+    """
+
+    def __init__(self, cfg: GemmConfig) -> None:
+        self.cfg = cfg
+        self.bytes = SavedBytes()
+        self.x: torch.Tensor | QTensor | None = None
+        self.w: torch.Tensor | QTensor | None = None
+        self.w_quantized = False
+
+    def keep(self, name: str, value: torch.Tensor | QTensor, *, weight: bool,
+             counted: bool = True) -> None:
+        n = _nbytes(value) if counted else 0
+        if weight:
+            self.w, self.bytes.weight = value, self.bytes.weight + n
+        else:
+            self.x, self.bytes.activation = value, self.bytes.activation + n
+        self.bytes.detail[name] = n
+
+    def stash(self, ctx) -> None:
+        """Plain tensors go through ``save_for_backward`` (version checks, saved-tensor hooks)."""
+        ctx.save_for_backward(*(v if isinstance(v, torch.Tensor) else None
+                                for v in (self.x, self.w)))
+        ctx.packed = tuple(v if isinstance(v, QTensor) else None for v in (self.x, self.w))
+        ctx.w_quantized = self.w_quantized
+        self.x = self.w = None
+
+    @classmethod
+    def unstash(cls, ctx, cfg: GemmConfig) -> _Saved:
+        saved = cls(cfg)
+        tx, tw = ctx.saved_tensors
+        px, pw = ctx.packed
+        saved.x, saved.w = px if tx is None else tx, pw if tw is None else tw
+        saved.w_quantized = ctx.w_quantized
+        return saved
+
+
+def _nbytes(v: torch.Tensor | QTensor) -> int:
+    return v.nbytes if isinstance(v, QTensor) else v.numel() * v.element_size()
+
+
+def _fprop_weight(weight: torch.Tensor, saved: _Saved, keep: bool) -> torch.Tensor:
+    """``Q_fprop(W)``; with ``keep``, also decides what backward keeps of ``W``."""
+    cfg, s = saved.cfg, saved.cfg.specs
+    f, d = s.fprop.for_weight(), s.dgrad.for_weight()
+    seed = operand_seed(cfg.seed, cfg.step, Gemm.FPROP, Operand.WEIGHT)
+    if not keep:
+        return quantize_operand(weight, f, -1, f.rounding, seed)
+    if d.is_identity:
+        saved.keep("weight", weight, weight=True, counted=False)
+        return quantize_operand(weight, f, -1, f.rounding, seed)
+    reuse = weight_reusable(s.fprop, s.dgrad)
+    if cfg.save is SaveMode.ENCODED:
+        dseed = seed if reuse else operand_seed(cfg.seed, cfg.step, Gemm.DGRAD, Operand.WEIGHT)
+        qt = encode_operand(weight, d, 0, d.rounding, dseed)
+        saved.keep("weight_dgrad", qt, weight=True)
+        return qt.dequantize(torch.float32) if reuse else quantize_operand(weight, f, -1,
+                                                                           f.rounding, seed)
+    wq = quantize_operand(weight, f, -1, f.rounding, seed)
+    if reuse:
+        saved.keep("weight_q", wq, weight=True)
+        saved.w_quantized = True
+    else:
+        saved.keep("weight", weight, weight=True, counted=False)
+    return wq
+
+
+def _save_input(x2: torch.Tensor, saved: _Saved) -> None:
+    cfg, w = saved.cfg, saved.cfg.specs.wgrad
+    if cfg.save is SaveMode.ENCODED and not w.is_identity:
+        seed = operand_seed(cfg.seed, cfg.step, Gemm.WGRAD, Operand.INPUT)
+        saved.keep("input_wgrad", encode_operand(x2, w, 0, w.rounding, seed), weight=False)
+    else:
+        saved.keep("input", x2, weight=False)
+
+
+class QuantizedLinearFn(torch.autograd.Function):
+    """``Y = Q(X) Q(W)^T + b`` with per-GEMM formats in forward and backward (see module doc)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                cfg: GemmConfig, record: SavedBytes | None, needs_backward: bool) -> torch.Tensor:
+        with torch.autocast(x.device.type, enabled=False):
+            x2 = x.reshape(-1, x.shape[-1])
+            saved = _Saved(cfg)
+            wq = _fprop_weight(weight, saved, needs_backward)
+            if needs_backward:
+                _save_input(x2, saved)
+            f = cfg.specs.fprop
+            xseed = operand_seed(cfg.seed, cfg.step, Gemm.FPROP, Operand.INPUT)
+            xq = quantize_operand(x2, f, -1, f.rounding, xseed)
+            y = matmul(xq, wq.t(), cfg.accum, bias)
+        ctx.cfg = cfg
+        saved.stash(ctx)
+        ctx.meta = (x.shape, x.dtype, weight.dtype, None if bias is None else bias.dtype)
+        if record is not None:
+            record.activation, record.weight = saved.bytes.activation, saved.bytes.weight
+            record.detail = dict(saved.bytes.detail)
+        return y.reshape(*x.shape[:-1], -1).to(cfg.out_dtype or x.dtype)
+
+    @staticmethod
+    def backward(ctx, dy: torch.Tensor):
+        x_shape, x_dtype, w_dtype, b_dtype = ctx.meta
+        cfg = ctx.cfg
+        saved = _Saved.unstash(ctx, cfg)
+        need_x, need_w, need_b = ctx.needs_input_grad[:3]
+        with torch.autocast(dy.device.type, enabled=False):
+            dy2 = dy.reshape(-1, dy.shape[-1]).float()
+            dx = dw = db = None
+            if need_x:
+                dx = _dgrad(dy2, saved).reshape(x_shape).to(x_dtype)
+            if need_w:
+                dw = _wgrad(dy2, saved).to(w_dtype)
+            if need_b and b_dtype is not None:
+                db = dy2.sum(0).to(b_dtype)
+        ctx.packed = None  # free the packed operands as soon as they are used
+        return dx, dw, db, None, None, None
+
+
+def _grad_output(dy2: torch.Tensor, cfg: GemmConfig, gemm: Gemm, axis: int) -> torch.Tensor:
+    spec = cfg.specs.get(gemm)
+    seed = operand_seed(cfg.seed, cfg.step, gemm, Operand.GRAD_OUTPUT)
+    return quantize_operand(dy2, spec, axis, spec.grad_rounding, seed)
+
+
+def _dgrad(dy2: torch.Tensor, saved: _Saved) -> torch.Tensor:
+    """``dX = Q(dY) Q(W)``, both along out_features."""
+    cfg, d = saved.cfg, saved.cfg.specs.dgrad
+    if isinstance(saved.w, QTensor):
+        wq = saved.w.dequantize(torch.float32)
+    elif saved.w_quantized:
+        wq = saved.w
+    else:
+        w = d.for_weight()
+        seed = operand_seed(cfg.seed, cfg.step, Gemm.DGRAD, Operand.WEIGHT)
+        wq = quantize_operand(saved.w, w, 0, w.rounding, seed)
+    return matmul(_grad_output(dy2, cfg, Gemm.DGRAD, -1), wq, cfg.accum)
+
+
+def _wgrad(dy2: torch.Tensor, saved: _Saved) -> torch.Tensor:
+    """``dW = Q(dY)^T Q(X)``, both along tokens."""
+    cfg, w = saved.cfg, saved.cfg.specs.wgrad
+    if isinstance(saved.x, QTensor):
+        xq = saved.x.dequantize(torch.float32)
+    else:
+        seed = operand_seed(cfg.seed, cfg.step, Gemm.WGRAD, Operand.INPUT)
+        xq = quantize_operand(saved.x, w, 0, w.rounding, seed)
+    return matmul(_grad_output(dy2, cfg, Gemm.WGRAD, 0).t(), xq, cfg.accum)
+
+
+def autocast_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype ``F.linear`` would return for ``x`` here: the autocast dtype when active."""
+    dev = x.device.type
+    if torch.is_autocast_enabled(dev):
+        return torch.get_autocast_dtype(dev)
+    return x.dtype
+
+
+def quantized_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                     cfg: GemmConfig, record: SavedBytes | None = None) -> torch.Tensor:
+    """Functional form: ``F.linear`` with per-GEMM formats; fills ``record`` if given."""
+    if x.shape[-1] != weight.shape[1]:
+        raise ValueError(f"input has {x.shape[-1]} features, weight expects {weight.shape[1]}")
+    tensors = (x, weight) if bias is None else (x, weight, bias)
+    needs_backward = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+    return QuantizedLinearFn.apply(x, weight, bias, cfg, record, needs_backward)

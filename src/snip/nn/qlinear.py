@@ -1,0 +1,110 @@
+"""``QLinear``: an ``nn.Linear`` whose three GEMMs run in their own formats.
+
+``QLinear`` *is* an ``nn.Linear`` (same ``weight`` and ``bias`` Parameters, same ``state_dict``
+keys), so an optimizer built before conversion keeps its state and checkpoints load either way.
+Its forward calls :class:`~snip.nn.gemm.QuantizedLinearFn` with a :class:`GemmSpecs` (fprop,
+dgrad, wgrad), a per-layer integer ``seed`` and a ``step`` counter that advances on every forward:
+stochastic rounding of gradients is seeded by ``(seed, step, gemm, operand)``, so a run is
+reproducible and consecutive steps draw different noise.  (A recomputed forward under activation
+checkpointing also advances the counter; rerun the forward with the same ``step`` if you need the
+recomputation to match.)
+
+``enabled = False`` makes the layer a plain ``F.linear``; :func:`snip.nn.disabled` flips it for a
+whole model.  After a forward that will be differentiated, ``saved_bytes`` holds the bytes kept
+for backward beyond the Parameters (``saved_weight_bytes`` the quantized weight copies).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from snip.formats import QuantSpec
+from snip.nn.gemm import Accum, GemmConfig, SavedBytes, SaveMode, autocast_dtype, quantized_linear
+from snip.nn.specs import GemmSpecs
+
+
+def as_gemm_specs(specs: GemmSpecs | QuantSpec | str) -> GemmSpecs:
+    """A ``GemmSpecs``; a single spec or preset name means all three GEMMs use it."""
+    if isinstance(specs, GemmSpecs):
+        return specs
+    if isinstance(specs, QuantSpec | str):
+        return GemmSpecs.uniform(specs)
+    raise TypeError(f"expected GemmSpecs, QuantSpec or a preset name, got {type(specs).__name__}")
+
+
+class QLinear(nn.Linear):
+    """Linear layer with per-GEMM quantization (fprop / dgrad / wgrad)."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
+                 specs: GemmSpecs | QuantSpec | str = "fp32", seed: int = 0,
+                 save: SaveMode | str = SaveMode.HP, accum: Accum | str = Accum.FP32,
+                 device: torch.device | str | None = None, dtype: torch.dtype | None = None):
+        super().__init__(in_features, out_features, bias, device=device, dtype=dtype)
+        self.specs = as_gemm_specs(specs)
+        self.seed = int(seed)
+        self.step = 0
+        self.save = SaveMode(save)
+        self.accum = Accum(accum)
+        self.enabled = True
+        self._saved = SavedBytes()
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, specs: GemmSpecs | QuantSpec | str, *,
+                    seed: int = 0, save: SaveMode | str = SaveMode.HP,
+                    accum: Accum | str = Accum.FP32) -> QLinear:
+        """A ``QLinear`` sharing ``linear``'s Parameter objects (nothing is copied)."""
+        with torch.device("meta"):  # skip allocating and initialising throwaway parameters
+            q = cls(linear.in_features, linear.out_features, linear.bias is not None,
+                    specs=specs, seed=seed, save=save, accum=accum)
+        q.weight = linear.weight
+        q.bias = linear.bias
+        q.train(linear.training)
+        return q
+
+    def to_linear(self) -> nn.Linear:
+        """A plain ``nn.Linear`` sharing this layer's Parameters."""
+        with torch.device("meta"):
+            lin = nn.Linear(self.in_features, self.out_features, self.bias is not None)
+        lin.weight = self.weight
+        lin.bias = self.bias
+        lin.train(self.training)
+        return lin
+
+    def set_specs(self, specs: GemmSpecs | QuantSpec | str) -> None:
+        """Switch formats (between steps); Parameters and the step counter are untouched."""
+        self.specs = as_gemm_specs(specs)
+
+    @property
+    def saved_bytes(self) -> int:
+        """Activation bytes the last differentiable forward kept for backward."""
+        return self._saved.activation
+
+    @property
+    def saved_weight_bytes(self) -> int:
+        """Bytes of quantized weight copies the last differentiable forward kept for backward."""
+        return self._saved.weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.enabled:
+            return F.linear(x, self.weight, self.bias)
+        cfg = GemmConfig(specs=self.specs, seed=self.seed, step=self.step, save=self.save,
+                         accum=self.accum, out_dtype=autocast_dtype(x))
+        self.step += 1
+        record = SavedBytes()
+        y = quantized_linear(x, self.weight, self.bias, cfg, record)
+        self._saved = record
+        return y
+
+    def extra_repr(self) -> str:
+        s = self.specs
+        formats = f"fprop={s.fprop.name}, dgrad={s.dgrad.name}, wgrad={s.wgrad.name}"
+        extra = f", save={self.save.value}" if self.save is not SaveMode.HP else ""
+        extra += f", accum={self.accum.value}" if self.accum is not Accum.FP32 else ""
+        return f"{super().extra_repr()}, {formats}{extra}"
+
+
+def saved_activation_bytes(model: nn.Module) -> int:
+    """Sum of ``QLinear.saved_bytes`` over a model (after a differentiable forward)."""
+    return sum(m.saved_bytes for m in model.modules() if isinstance(m, QLinear))

@@ -1,0 +1,224 @@
+"""convert / unconvert / disabled / apply_specs on Llama-style models (ours and Hugging Face)."""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Mapping
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from snip.nn import (
+    GemmSpecs,
+    QLinear,
+    apply_specs,
+    convert,
+    disabled,
+    layer_seed,
+    qlinear_layers,
+    saved_activation_bytes,
+    unconvert,
+)
+
+D, V = 32, 64
+
+
+class Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.attn = nn.ModuleDict({p: nn.Linear(D, D, bias=False) for p in ("wq", "wk", "wv", "wo")})
+        self.mlp = nn.ModuleDict({"w1": nn.Linear(D, 2 * D, bias=False),
+                                  "w3": nn.Linear(D, 2 * D, bias=False),
+                                  "w2": nn.Linear(2 * D, D, bias=False)})
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a = self.attn
+        q, k, v = a["wq"](x), a["wk"](x), a["wv"](x)
+        att = torch.softmax(q @ k.transpose(-1, -2) / D**0.5, dim=-1)
+        x = x + a["wo"](att @ v)
+        m = self.mlp
+        return x + m["w2"](F.silu(m["w1"](x)) * m["w3"](x))
+
+
+class TinyLM(nn.Module):
+    """Llama-shaped names: tok_embeddings, layers.N.attn.wq ..., layers.N.mlp.w1 ..., output."""
+
+    def __init__(self, n_layers: int = 2) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.tok_embeddings = nn.Embedding(V, D)
+        self.layers = nn.ModuleList(Block() for _ in range(n_layers))
+        self.output = nn.Linear(D, V, bias=False)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        x = self.tok_embeddings(idx)
+        for layer in self.layers:
+            x = layer(x)
+        return self.output(x)
+
+
+PROJ = [f"layers.{i}.{p}" for i in range(2)
+        for p in ("attn.wq", "attn.wk", "attn.wv", "attn.wo", "mlp.w1", "mlp.w3", "mlp.w2")]
+
+
+class Plan:
+    """Stands in for snip.plan.PrecisionPlan: anything with resolve(model)."""
+
+    def __init__(self, mapping: Mapping[str, GemmSpecs]) -> None:
+        self.mapping = mapping
+
+    def resolve(self, model: nn.Module) -> Mapping[str, GemmSpecs]:
+        return self.mapping
+
+
+def _tokens(seed: int = 0) -> torch.Tensor:
+    return torch.randint(0, V, (2, 16), generator=torch.Generator().manual_seed(seed))
+
+
+def _loss(model: nn.Module, idx: torch.Tensor) -> torch.Tensor:
+    logits = model(idx[:, :-1])
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), idx[:, 1:].reshape(-1))
+
+
+def test_convert_skips_head_and_embeddings_and_shares_parameters():
+    model = TinyLM()
+    params = dict(model.named_parameters())
+    assert convert(model, "mxfp4") is model
+    assert [n for n, _ in qlinear_layers(model)] == PROJ
+    assert type(model.output) is nn.Linear and type(model.tok_embeddings) is nn.Embedding
+    after = dict(model.named_parameters())
+    assert params.keys() == after.keys() and all(params[k] is after[k] for k in params)
+    assert all(m.seed == zlib.crc32(n.encode()) == layer_seed(n) for n, m in qlinear_layers(model))
+
+
+def test_convert_accepts_spec_objects_and_filter():
+    model = convert(TinyLM(), GemmSpecs(fprop="nvfp4", dgrad="fp8_e4m3", wgrad="fp8_e4m3"),
+                    filter_fn=lambda name, mod: ".mlp." in name, save="encoded")
+    layers = qlinear_layers(model)
+    assert [n for n, _ in layers] == [n for n in PROJ if ".mlp." in n]
+    assert all(m.specs.fprop.name == "nvfp4" and m.save.value == "encoded" for _, m in layers)
+
+
+def test_convert_with_plan_converts_only_named_layers():
+    mapping = {"layers.0.attn.wq": GemmSpecs.uniform("nvfp4"),
+               "layers.1.mlp.w2": GemmSpecs(fprop="mxfp4", dgrad="bf16", wgrad="bf16")}
+    model = convert(TinyLM(), Plan(mapping))
+    assert {n: m.specs for n, m in qlinear_layers(model)} == mapping
+    with pytest.raises(ValueError, match="layers.9.attn.wq"):
+        convert(TinyLM(), Plan({"layers.9.attn.wq": GemmSpecs.uniform("nvfp4")}))
+
+
+def test_convert_root_linear_returns_new_module():
+    lin = nn.Linear(4, 4)
+    q = convert(lin, "nvfp4")
+    assert isinstance(q, QLinear) and q.weight is lin.weight
+
+
+def test_unknown_preset_lists_valid_names():
+    with pytest.raises(ValueError, match="valid presets: .*mxfp4"):
+        convert(TinyLM(), "mxfp3")
+    with pytest.raises(TypeError):
+        convert(TinyLM(), 4)
+
+
+def test_unconvert_restores_plain_linear_with_same_parameters():
+    model = TinyLM()
+    ref = model(_tokens())
+    params = dict(model.named_parameters())
+    unconvert(convert(model, "nvfp4"))
+    assert not qlinear_layers(model)
+    assert all(type(m) is nn.Linear for n, m in model.named_modules() if n in PROJ)
+    assert all(params[k] is p for k, p in model.named_parameters())
+    assert torch.equal(model(_tokens()), ref)
+
+
+def test_disabled_is_fp32_and_restores_even_on_error():
+    model = TinyLM()
+    ref = model(_tokens())
+    convert(model, "mxfp4")
+    model.layers[0].attn["wq"].enabled = False  # a flag set by the user survives the block
+    assert not torch.equal(model(_tokens()), ref)
+    with disabled(model):
+        assert torch.equal(model(_tokens()), ref)
+    flags = [m.enabled for _, m in qlinear_layers(model)]
+    assert flags == [False] + [True] * (len(PROJ) - 1)
+    with pytest.raises(RuntimeError, match="boom"), disabled(model):
+        raise RuntimeError("boom")
+    assert [m.enabled for _, m in qlinear_layers(model)] == flags
+
+
+def test_apply_specs_keeps_parameters_and_optimizer_state():
+    model = convert(TinyLM(), "fp8_e4m3")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    _loss(model, _tokens()).backward()
+    opt.step()
+    snapshot = {n: p.detach().clone() for n, p in model.named_parameters()}
+    state = {id(p): {k: v.clone() for k, v in opt.state[p].items()} for p in model.parameters()}
+    apply_specs(model, {"layers.0.mlp.w1": GemmSpecs.uniform("nvfp4"), "layers.1.attn.wo": "mxfp4"})
+    specs = {n: str(m.specs) for n, m in qlinear_layers(model)}
+    assert specs["layers.0.mlp.w1"] == "nvfp4" and specs["layers.1.attn.wo"] == "mxfp4"
+    assert specs["layers.0.attn.wq"] == "fp8_e4m3"
+    assert all(torch.equal(p, snapshot[n]) for n, p in model.named_parameters())
+    for p in model.parameters():
+        assert all(torch.equal(v, state[id(p)][k]) for k, v in opt.state[p].items())
+    _loss(model, _tokens()).backward()  # and it still trains
+    opt.step()
+
+
+def test_apply_specs_unknown_name_changes_nothing():
+    model = convert(TinyLM(), "fp8_e4m3")
+    with pytest.raises(ValueError, match="'output'.*'layers.0.attn.wz'"):
+        apply_specs(model, {"layers.0.attn.wq": "nvfp4", "output": "nvfp4",
+                            "layers.0.attn.wz": "nvfp4"})
+    assert all(str(m.specs) == "fp8_e4m3" for _, m in qlinear_layers(model))
+
+
+def test_saved_activation_bytes_over_model():
+    model = convert(TinyLM(), "mxfp4")
+    _loss(model, _tokens()).backward()
+    hp = saved_activation_bytes(model)
+    convert(model, "mxfp4", save="encoded")  # already converted: only the specs change
+    assert saved_activation_bytes(model) == hp
+    for _, m in qlinear_layers(model):
+        m.save = type(m.save)("encoded")
+    _loss(model, _tokens()).backward()
+    assert 0 < saved_activation_bytes(model) <= 0.35 * hp / 2  # vs bf16 = half of fp32
+
+
+def _hf_tiny_llama():
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, vocab_size=256)
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(cfg)
+
+
+def test_hf_tiny_llama_converts_and_trains_in_mxfp4():
+    model = _hf_tiny_llama()
+    convert(model, "mxfp4")
+    names = [n for n, _ in qlinear_layers(model)]
+    assert len(names) == 2 * 7 and "lm_head" not in names
+    assert "model.layers.0.self_attn.q_proj" in names and "model.layers.1.mlp.down_proj" in names
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    idx = torch.randint(0, 256, (4, 32), generator=torch.Generator().manual_seed(0))
+    losses = []
+    for _ in range(8):
+        loss = model(input_ids=idx, labels=idx).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert all(torch.isfinite(torch.tensor(losses)))
+    assert losses[-1] < losses[0] - 0.2, losses
+
+
+def test_hf_tiny_llama_nvfp4_under_autocast():
+    model = convert(_hf_tiny_llama(), "nvfp4")
+    idx = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(1))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = model(input_ids=idx, labels=idx).loss
+    loss.backward()
+    grads = [p.grad for _, m in qlinear_layers(model) for p in m.parameters()]
+    assert all(g is not None and torch.isfinite(g).all() for g in grads)

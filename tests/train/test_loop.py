@@ -1,0 +1,119 @@
+"""The training loop end to end on a tiny model: files, exact resume, non-finite handling."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+from pathlib import Path
+
+import pytest
+import torch
+
+from snip.cli import main
+from snip.train import checkpoint, from_sources, lr_at, make_optimizer, train
+from snip.train.config import TrainSection
+from snip.train.loop import NonFiniteError
+from snip.train.metrics import MetricsLog
+
+
+def _argv(overrides: dict[str, object]) -> list[str]:
+    return [a for k, v in overrides.items() for a in (f"--{k}", str(v))]
+
+
+def test_tiny_run_end_to_end(tiny: dict, capsys: pytest.CaptureFixture) -> None:
+    assert main(["train", *_argv({**tiny, "train.steps": 20, "train.eval_every": 10,
+                                  "train.ckpt_every": 5})]) == 0
+    run = Path(tiny["run.dir"]) / "tiny"
+    assert f"report: {run / 'report.html'}" in capsys.readouterr().out
+    for f in ("config.toml", "metrics.jsonl", "plans/step_0.json", "report.html", "loss.png",
+              "lr.png", "precision_map.png", "fp4_fraction.png", "throughput.png"):
+        assert (run / f).is_file(), f
+    # keep_checkpoints = 2 of the 4 saved
+    assert [p.name for p in checkpoint.list_checkpoints(run / "checkpoints")] == [
+        "step_000015", "step_000020"]
+    events = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    train_ev = [e for e in events if e["event"] == "train"]
+    evals = [e for e in events if e["event"] == "eval"]
+    assert [e["step"] for e in train_ev] == list(range(1, 21))
+    assert [e["step"] for e in evals] == [0, 10, 20]
+    assert evals[-1]["val_loss"] < evals[0]["val_loss"]  # it learns
+    assert math.isclose(evals[-1]["ppl"], math.exp(evals[-1]["val_loss"]), rel_tol=1e-6)
+    assert all(e["tokens_per_s"] > 0 and "fp4_flop_fraction" in e for e in train_ev)
+    plan = json.loads((run / "plans" / "step_0.json").read_text())
+    assert plan["version"] == 1 and "layers.0.attention.wq" in plan["layers"]
+
+
+def test_ctrl_c_saves_and_resume_is_bit_exact(tiny: dict, monkeypatch: pytest.MonkeyPatch
+                                              ) -> None:
+    full = train(from_sources(overrides={**tiny, "run.name": "full"}))
+    assert full.step == 12 and not full.interrupted
+
+    real_log = MetricsLog.log
+
+    def log_then_interrupt(self: MetricsLog, event: str, step: int, **values: object) -> None:
+        real_log(self, event, step, **values)
+        if event == "train" and step == 5:
+            os.kill(os.getpid(), signal.SIGINT)  # what Ctrl-C does
+
+    monkeypatch.setattr(MetricsLog, "log", log_then_interrupt)
+    cfg = from_sources(overrides={**tiny, "run.name": "cut"})
+    cut = train(cfg)
+    assert cut.interrupted and cut.step == 5
+    monkeypatch.setattr(MetricsLog, "log", real_log)
+
+    run_dir = Path(tiny["run.dir"]) / "cut"
+    resumed = train(from_sources(resume=run_dir), resume=run_dir)
+    assert resumed.step == 12
+    after = {s: v for s, v in full.losses.items() if s > 5}
+    assert resumed.losses == after  # bit for bit
+    assert {**cut.losses, **resumed.losses} == full.losses
+    steps = [json.loads(x)["step"] for x in (run_dir / "metrics.jsonl").read_text().splitlines()
+             if json.loads(x)["event"] == "train"]
+    assert steps == list(range(1, 13))  # one clean history
+
+
+def _nan_on_call(monkeypatch: pytest.MonkeyPatch, bad_call: int) -> None:
+    real = torch.nn.utils.clip_grad_norm_
+    calls = []
+
+    def clip(params, max_norm, *a, **k):  # noqa: ANN001, ANN002, ANN003, ANN202
+        calls.append(1)
+        norm = real(params, max_norm, *a, **k)
+        return torch.tensor(math.nan) if len(calls) == bad_call else norm
+
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", clip)
+
+
+def test_nonfinite_stops_after_saving_last_good_state(tiny: dict,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    _nan_on_call(monkeypatch, bad_call=4)
+    with pytest.raises(NonFiniteError, match="non-finite .* at step 4.*step 3"):
+        train(from_sources(overrides=tiny))
+    ckpts = checkpoint.list_checkpoints(Path(tiny["run.dir"]) / "tiny" / "checkpoints")
+    assert ckpts[-1].name == "step_000003"
+    assert checkpoint.load(ckpts[-1]).step == 3
+
+
+def test_skip_nonfinite_counts_and_continues(tiny: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    _nan_on_call(monkeypatch, bad_call=4)
+    result = train(from_sources(overrides={**tiny, "train.skip_nonfinite": "true"}))
+    assert result.step == 12 and result.skipped_steps == 1
+
+
+def test_lr_schedule_and_decay_groups() -> None:
+    t = TrainSection(steps=100, warmup_steps=10, lr=1.0, min_lr_ratio=0.1)
+    lrs = [lr_at(s, t) for s in range(100)]
+    assert lrs[0] < lrs[9] <= 1.0 and max(lrs) == lrs[10] == 1.0
+    assert all(a >= b for a, b in zip(lrs[10:], lrs[11:], strict=False))
+    assert lrs[-1] == pytest.approx(0.1, abs=1e-3)
+    from snip.models import build_model
+
+    model = build_model("tiny")
+    decay, no_decay = make_optimizer(model, t).param_groups
+    ids = {id(p) for p in no_decay["params"]}
+    assert id(model.tok_embeddings.weight) in ids and id(model.norm.weight) in ids
+    assert no_decay["weight_decay"] == 0
+    assert {id(p) for p in decay["params"]} == {
+        id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Linear)}
