@@ -208,6 +208,7 @@ def summarize(results: dict, seeds: list[int]) -> tuple[str, dict]:
 
 
 def main() -> None:
+    global OUT, FORMATS, ARMS
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--budget-min", type=float, default=22.0, help="wall-clock budget (minutes)")
     ap.add_argument("--probe-s", type=float, default=30.0)
@@ -218,7 +219,6 @@ def main() -> None:
     ap.add_argument("--formats", nargs="+", default=list(FORMATS), choices=FORMATS)
     ap.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
     args = ap.parse_args()
-    global OUT, FORMATS, ARMS
     OUT, FORMATS, ARMS = Path(args.out), tuple(args.formats), tuple(args.arms)
     torch.set_num_threads(args.threads)
     from snip.data import load_dataset

@@ -28,7 +28,8 @@ D, V = 32, 64
 class Block(nn.Module):
     def __init__(self) -> None:
         super().__init__()
-        self.attn = nn.ModuleDict({p: nn.Linear(D, D, bias=False) for p in ("wq", "wk", "wv", "wo")})
+        self.attn = nn.ModuleDict({p: nn.Linear(D, D, bias=False)
+                                   for p in ("wq", "wk", "wv", "wo")})
         self.mlp = nn.ModuleDict({"w1": nn.Linear(D, 2 * D, bias=False),
                                   "w3": nn.Linear(D, 2 * D, bias=False),
                                   "w2": nn.Linear(2 * D, D, bias=False)})
@@ -202,15 +203,16 @@ def test_hf_tiny_llama_converts_and_trains_in_mxfp4():
     assert len(names) == 2 * 7 and "lm_head" not in names
     assert "model.layers.0.self_attn.q_proj" in names and "model.layers.1.mlp.down_proj" in names
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    idx = torch.randint(0, 256, (4, 32), generator=torch.Generator().manual_seed(0))
+    idx = torch.randint(0, 256, (2, 32), generator=torch.Generator().manual_seed(0))
     losses = []
-    for _ in range(8):
+    for _ in range(6):
         loss = model(input_ids=idx, labels=idx).loss
         opt.zero_grad()
         loss.backward()
         opt.step()
         losses.append(loss.item())
     assert all(torch.isfinite(torch.tensor(losses)))
+    print("\nHF tiny Llama mxfp4 losses:", [round(v, 3) for v in losses])
     assert losses[-1] < losses[0] - 0.2, losses
 
 

@@ -60,7 +60,8 @@ def test_all_fp32_equals_f_linear_exactly(shape, bias):
 
 @pytest.mark.parametrize("gemm,changed", [("fprop", 0), ("dgrad", 1), ("wgrad", 2)])
 def test_one_gemm_format_changes_only_its_result(gemm, changed):
-    specs = GemmSpecs(**{g: ("mxfp4" if g == gemm else "fp32") for g in ("fprop", "dgrad", "wgrad")})
+    specs = GemmSpecs(**{g: ("mxfp4" if g == gemm else "fp32")
+                         for g in ("fprop", "dgrad", "wgrad")})
     got, ref = _run(specs), _run("fp32")
     for i in range(3):  # y, dx, dw
         assert torch.equal(got[i], ref[i]) != (i == changed), (gemm, i)
@@ -123,7 +124,8 @@ def test_sqnr_floor(preset):
     ref = _run("fp32", seed=1, bias=False)  # the GEMM itself: a bias would inflate output SQNR
     got = _run(preset, seed=1, bias=False)
     measured = [sqnr_db(r, g) for r, g in zip(ref[:3], got[:3], strict=True)]
-    print(f"\nSQNR {preset:18s} out {measured[0]:6.2f}  dX {measured[1]:6.2f}  dW {measured[2]:6.2f}")
+    out, dx, dw = measured
+    print(f"\nSQNR {preset:18s} out {out:6.2f}  dX {dx:6.2f}  dW {dw:6.2f}")
     for name, m, floor in zip(("output", "dX", "dW"), measured, SQNR_FLOORS[preset], strict=True):
         assert m >= floor, f"{preset} {name}: {m:.2f} dB under the floor {floor} dB"
 

@@ -128,11 +128,12 @@ class ReferenceRecorder:
 
     ``params``: ``(name, tensor)`` pairs (the eligible weights).  ``formats``: target element
     formats for the proxy.  ``score_steps``: steps over which tile scores are averaged (0: all).
+    ``tiles``: also keep the per-tile projected frozen fraction of every recorded step.
     """
 
     def __init__(self, params: Iterable[tuple[str, torch.Tensor]], *,
                  formats: Sequence[str] = ("e4m3", "e5m2"), tile_size: int = DEFAULT_TILE_SIZE,
-                 score_steps: int = 0, every: int = 1, tiles: bool = True) -> None:
+                 score_steps: int = 0, every: int = 1, tiles: bool = False) -> None:
         self.params = list(params)
         self.formats = [get_element(f).name for f in formats]
         if every < 1:

@@ -35,10 +35,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--lr", type=float, default=1e-3, help="peak AdamW learning rate (cosine to 10 %%)")
     a("--weight-decay", type=float, default=0.1, help="AdamW weight decay")
     a("--seed", type=int, default=0, help="init and data-order seed")
-    a("--formats", nargs="+", default=["e4m3", "e5m2"], help="target element formats (scale-1)")
+    a("--formats", nargs="+", default=["e4m3", "e5m2"],
+      help="target element formats (scale-1 grids); a read trace keeps its own")
     a("--tile-size", type=int, default=768, help="coordinates per tile (flattened row-major)")
     a("--score-steps", type=int, default=0, help="steps averaged for tile scores (0: all)")
     a("--every", type=int, default=1, help="record every k steps")
+    a("--tiles", action="store_true", help="also record per-tile projected frozen fractions")
     a("--policy", default="rne", choices=["rne", "stochastic"], help="measured-run write-back")
     a("--no-measure", action="store_true", help="skip the measured low-precision runs")
     a("--mask-out", help="write an exact-budget fp32-master tile mask (JSON) here")
@@ -60,17 +62,15 @@ def _lr(cfg: dict, step: int) -> float:
     return cfg["lr"] * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * p)))
 
 
-def _run(cfg: dict, *, fmt: str | None = None, policy: str = "rne", recorder_kw: dict | None = None,
-         tile_size: int = 768):
+def _run(cfg: dict, ds, *, fmt: str | None = None, policy: str = "rne",
+         recorder_kw: dict | None = None, tile_size: int = 768):
     """fp32 reference (fmt None, with a recorder) or a measured low-precision run."""
     import torch
 
     from snip.audit import ReferenceRecorder
-    from snip.data import load_dataset
     from snip.models import build_model
     from snip.optim import WritebackOptimizer, eligible_parameters
 
-    ds = load_dataset()
     torch.manual_seed(cfg["seed"])
     model = build_model(cfg["model"])
     if cfg["seq_len"] > model.config.max_seq_len:
@@ -81,7 +81,8 @@ def _run(cfg: dict, *, fmt: str | None = None, policy: str = "rne", recorder_kw:
     named = eligible_parameters(model)
     stepper = (ReferenceRecorder(named, **recorder_kw) if fmt is None else
                WritebackOptimizer(opt, named, element=fmt, policy=policy, seed=cfg["seed"],
-                                  tile_size=tile_size, record_every=recorder_kw["every"]))
+                                  tile_size=tile_size, record_every=recorder_kw["every"],
+                                  record_tiles=recorder_kw["tiles"]))
     for step in range(cfg["steps"]):
         for g in opt.param_groups:
             g["lr"] = _lr(cfg, step)
@@ -164,23 +165,23 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from snip.audit import ReferenceTrace
+    from snip.data import load_dataset
 
     if args.threads:
         torch.set_num_threads(args.threads)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rec_kw = {"formats": args.formats, "tile_size": args.tile_size,
-              "score_steps": args.score_steps, "every": args.every}
-    if args.trace:
-        trace = ReferenceTrace.load(args.trace)
-        cfg = trace.meta.get("settings") or _settings(args)
-    else:
-        cfg = _settings(args)
-        trace = _run(cfg, recorder_kw=rec_kw).trace(meta={"settings": cfg})
+              "score_steps": args.score_steps, "every": args.every, "tiles": args.tiles}
+    trace = ReferenceTrace.load(args.trace) if args.trace else None
+    cfg = (trace.meta.get("settings") if trace else None) or _settings(args)
+    ds = load_dataset() if trace is None or not args.no_measure else None
+    if trace is None:
+        trace = _run(cfg, ds, recorder_kw=rec_kw).trace(meta={"settings": cfg})
     trace.save(out / "trace.npz")
     summary = {"settings": cfg, "formats": {}}
     for fmt in trace.formats:
-        measured = None if args.no_measure else _run(cfg, fmt=fmt, policy=args.policy,
+        measured = None if args.no_measure else _run(cfg, ds, fmt=fmt, policy=args.policy,
                                                       recorder_kw=rec_kw,
                                                       tile_size=trace.tile_size)
         _plot(trace, fmt, measured, out / f"frozen_{fmt}.png")

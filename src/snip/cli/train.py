@@ -4,7 +4,7 @@
     snip train --model.name tiny --train.steps 200 --precision.preset mxfp4
     snip train --config configs/small_fp8.toml --train.steps 2000
     snip train --resume runs/NAME                # continue exactly where it stopped
-    torchrun --nproc_per_node 2 -m snip.cli train --train.batch_size 32
+    torchrun --nproc_per_node 2 $(which snip) train --train.batch_size 32
 
 Every option of the run configuration (`snip.train.config`) is a ``--section.key`` flag,
 generated from the dataclass fields with their help and defaults; a ``--config`` TOML file sets

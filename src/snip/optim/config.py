@@ -62,6 +62,7 @@ class WritebackConfig:
     include: str | None = None
     exclude: str | None = None
     record_every: int = 1
+    record_tiles: bool = False
 
     def __post_init__(self) -> None:
         pol = as_policy(self.policy)
@@ -97,4 +98,5 @@ def build(model: nn.Module, optimizer: torch.optim.Optimizer,
                          f"{config.tile_size}; pass --writeback.tile_size {mask.tile_size}")
     return WritebackOptimizer(optimizer, params, element=config.format, policy=config.policy,
                               mask=mask, seed=config.seed, state_format=config.state_format,
-                              tile_size=config.tile_size, record_every=config.record_every)
+                              tile_size=config.tile_size, record_every=config.record_every,
+                              record_tiles=config.record_tiles)

@@ -82,7 +82,9 @@ class WritebackOptimizer:
     ``params``: ``(name, tensor)`` pairs (names are what masks refer to) or bare tensors.
     ``element``: an element name (analytic grid, scale 1), a preset/``QuantSpec`` (scaled grid)
     or a :class:`StorageGrid`.  ``policy``: a :class:`Policy` name or a ``WritebackPolicy``.
-    ``seed`` seeds the stochastic-rounding generator.  ``record_every=0`` turns recording off.
+    ``seed`` seeds the stochastic-rounding generator.  ``record_every=0`` turns recording off;
+    ``record_tiles`` adds the per-tile frozen fractions to each record (one float per tile per
+    recorded step: keep ``record_every`` large on big models).
     """
 
     def __init__(self, optimizer: torch.optim.Optimizer, params: Iterable, *,
@@ -90,7 +92,7 @@ class WritebackOptimizer:
                  policy: Policy | str | WritebackPolicy = Policy.RNE, mask: TileMask | None = None,
                  seed: int = 0, state_format: str | None = None,
                  tile_size: int = DEFAULT_TILE_SIZE, record_every: int = 1,
-                 record_tiles: bool = True) -> None:
+                 record_tiles: bool = False) -> None:
         self.optimizer = optimizer
         self.grid = StorageGrid.parse(element)
         self.policy = make_policy(policy, mask)

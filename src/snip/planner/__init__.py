@@ -11,4 +11,5 @@ from snip.planner.controller import Controller, Cycle
 from snip.planner.problem import DEFAULT_CANDIDATES, Budget, Problem, build_problem
 from snip.planner.solve import solve
 
-__all__ = ["DEFAULT_CANDIDATES", "Budget", "Controller", "Cycle", "Method", "Problem", "build_problem", "solve"]
+__all__ = ["DEFAULT_CANDIDATES", "Budget", "Controller", "Cycle", "Method", "Problem",
+           "build_problem", "solve"]

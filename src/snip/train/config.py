@@ -98,22 +98,22 @@ class DataSection:
 
 @dataclass(frozen=True, kw_only=True)
 class TrainSection:
-    steps: int = opt(1000, "optimizer steps")
-    batch_size: int = opt(16, "sequences per optimizer step, summed over ranks and micro-steps")
+    steps: int = opt(250, "optimizer steps")
+    batch_size: int = opt(8, "sequences per optimizer step, summed over ranks and micro-steps")
     seq_len: int = opt(128, "tokens per sequence")
     grad_accum: int = opt(1, "micro-steps per optimizer step (gradient accumulation)")
     lr: float = opt(3e-3, "peak learning rate")
     min_lr_ratio: float = opt(0.1, "final learning rate as a fraction of lr (cosine floor)")
-    warmup_steps: int = opt(50, "linear warm-up steps")
+    warmup_steps: int = opt(20, "linear warm-up steps")
     weight_decay: float = opt(0.1, "AdamW decoupled decay on matrices (not norms, embeddings, "
                                    "biases)")
     beta1: float = opt(0.9, "AdamW beta1")
     beta2: float = opt(0.95, "AdamW beta2")
     grad_clip: float = opt(1.0, "clip the global gradient norm to this (0: off)")
     bf16: bool = opt(False, "bf16 autocast for the forward pass")
-    eval_every: int = opt(100, "validate every N steps (and at the end)")
+    eval_every: int = opt(50, "validate every N steps (and at the end)")
     eval_batches: int = opt(8, "validation batches per evaluation")
-    ckpt_every: int = opt(250, "checkpoint every N steps (and at the end)")
+    ckpt_every: int = opt(100, "checkpoint every N steps (and at the end)")
     keep_checkpoints: int = opt(2, "keep the last K checkpoints")
     skip_nonfinite: bool = opt(False, "skip (and count) a step with a non-finite loss or "
                                       "gradient instead of stopping")
@@ -146,7 +146,7 @@ class PrecisionSection:
                           "precision.plan is given)")
     plan: str = opt("", "precision plan JSON file (per layer, per GEMM)")
     budget: float = opt(0.75, "adaptive: target FP4-FLOP fraction for the planner")
-    every: int = opt(200, "adaptive: re-plan every N steps")
+    every: int = opt(100, "adaptive: re-plan every N steps")
 
     def __post_init__(self) -> None:
         _choice("precision.mode", self.mode, ("fixed", "adaptive"))

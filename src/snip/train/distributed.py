@@ -1,6 +1,6 @@
 """Data parallelism with torch.distributed, the small subset the trainer needs.
 
-Launched by ``torchrun --nproc_per_node N -m snip.cli train ...``, every process reads its
+Launched by ``torchrun --nproc_per_node N $(which snip) train ...``, every process reads its
 ``RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE`` from the environment; a plain ``python`` launch is a
 world of one and never touches ``torch.distributed``. Backend: NCCL on GPUs, gloo on CPUs.
 

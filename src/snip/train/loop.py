@@ -43,6 +43,8 @@ from snip.train.batches import Batch, Batches, open_data
 from snip.train.metrics import MetricsLog, progress_bar, truncate_after
 from snip.train.precision import apply, convert, explicit, initial_plan, make_controller
 
+CALIBRATION_KEY = 10**12  # data "step" of the controller's calibration batches
+
 
 class NonFiniteError(RuntimeError):
     """The loss or gradient became NaN/inf; the last good state has been checkpointed."""
@@ -92,6 +94,26 @@ def pick_device(name: str) -> torch.device:
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"train.device={name!r} but CUDA is not available; use cpu or auto")
     return torch.device(name)
+
+
+def set_threads(n: int) -> None:
+    """Use ``n`` CPU threads in torch and in the numba quantization kernels alike: on a shared
+    machine, oversubscribed kernel threads make small quantized models many times slower."""
+    torch.set_num_threads(n)
+    try:
+        import numba
+    except ImportError:
+        return
+    numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+
+
+def sync_quant_counters(model: nn.Module, count: int) -> None:
+    """Set every QLinear's forward counter (which seeds its stochastic rounding) from the step,
+    so that the noise is a pure function of the step: exact resume, and evaluation forwards
+    never shift the training noise."""
+    for m in model.modules():
+        if hasattr(m, "set_specs") and hasattr(m, "step"):
+            m.step = count
 
 
 def local_rows(batch: Batch, dist: distributed.DistInfo) -> Batch:
@@ -206,7 +228,7 @@ def setup(cfg: C.Config, resume: Path | None = None) -> Run:
     dist = distributed.setup(device.type)
     if device.type == "cuda" and dist.enabled:
         device = torch.device("cuda", dist.local_rank)
-    torch.set_num_threads(t.threads or max(1, (os.cpu_count() or 2) // 2))
+    set_threads(t.threads or max(1, (os.cpu_count() or 2) // 2))
     _check_batch_split(t, dist)
     data = open_data(cfg.data, cfg.seed)  # before creating anything: bad data loses nothing
     ckpt = checkpoint.load(checkpoint.find(resume)) if resume is not None else None
@@ -222,7 +244,8 @@ def setup(cfg: C.Config, resume: Path | None = None) -> Run:
     model = convert(model, plan)
     optimizer = make_optimizer(model, t)
     run_dir = run_dir_for(cfg)
-    controller = make_controller(cfg.precision, run_dir / "sensitivity", dist.is_main)
+    controller = make_controller(cfg.precision, run_dir / "sensitivity", dist.is_main,
+                                 cfg.seed)
 
     if dist.is_main:
         _prepare_run_dir(run_dir, cfg, ckpt)
@@ -332,6 +355,7 @@ def _train(run: Run) -> RunResult:
             for m in range(t.grad_accum):
                 xm = x[m * micro:(m + 1) * micro].to(run.device, non_blocking=True)
                 ym = y[m * micro:(m + 1) * micro].to(run.device, non_blocking=True)
+                sync_quant_counters(model, step * t.grad_accum + m)
                 with autocast(run.device, t.bf16):
                     _, loss = model(xm, ym)
                 (loss / t.grad_accum).backward()
@@ -395,9 +419,9 @@ def _maybe_replan(run: Run, step: int, fp4_frac: float) -> float:
     t = run.cfg.train
 
     def batch_fn(i: int) -> Batch:
-        # Calibration batches come from a stream disjoint from the training steps' keys.
+        # Calibration batches: training-split windows keyed far beyond any training step.
         micro = t.batch_size // t.grad_accum
-        batch = run.data.train_batch(-(i + 1) * 7919, micro, t.seq_len)
+        batch = run.data.train_batch(CALIBRATION_KEY + i, micro, t.seq_len)
         return tuple(v.to(run.device) for v in local_rows(batch, run.dist))
 
     new = run.controller.on_step_end(step, run.model, run.optimizer, batch_fn)

@@ -52,7 +52,8 @@ def initial_plan(cfg: PrecisionSection) -> PrecisionPlan:
     return PrecisionPlan.uniform(cfg.preset)
 
 
-def make_controller(cfg: PrecisionSection, out_dir: Path, is_main: bool) -> PrecisionController | None:
+def make_controller(cfg: PrecisionSection, out_dir: Path, is_main: bool,
+                    seed: int = 0) -> PrecisionController | None:
     """The adaptive controller, or None for fixed precision."""
     if cfg.mode != "adaptive":
         return None
@@ -62,22 +63,20 @@ def make_controller(cfg: PrecisionSection, out_dir: Path, is_main: bool) -> Prec
         raise ValueError("precision.mode = 'adaptive' needs snip.planner.Controller, which this "
                          "installation does not have; use --precision.mode fixed (with "
                          "--precision.preset or --precision.plan)") from None
-    return Controller(budget=cfg.budget, every=cfg.every, out_dir=out_dir if is_main else None)
+    return Controller(budget=cfg.budget, every=cfg.every, out_dir=out_dir if is_main else None,
+                      seed=seed)
 
 
 def convert(model: nn.Module, plan: PrecisionPlan) -> nn.Module:
     """Swap the model's linear layers for QLinear in the formats of ``plan``."""
-    try:
-        from snip.nn import convert as nn_convert
-    except ImportError:  # TEMPORARY until snip.nn.convert lands: train unquantized
-        return model
+    from snip.nn import convert as nn_convert
+
     return nn_convert(model, plan)
 
 
 def apply(plan: PrecisionPlan, model: nn.Module) -> None:
     """Switch an already converted model to ``plan`` between steps."""
-    if any(hasattr(m, "set_specs") for m in model.modules()):
-        plan.apply(model)
+    plan.apply(model)
 
 
 def explicit(plan: PrecisionPlan, model: nn.Module, step: int) -> PrecisionPlan:

@@ -73,7 +73,7 @@ def test_selective_master_full_mask_equals_master():
 def test_stored_weights_stay_on_grid_and_rne_freezes():
     m = _model()
     opt = WritebackOptimizer(torch.optim.AdamW(m.parameters(), lr=1e-4), eligible_parameters(m),
-                             element="e4m3", policy="rne")
+                             element="e4m3", policy="rne", record_tiles=True)
     _train(m, opt, _data(3))
     for _, p in eligible_parameters(m):
         assert torch.equal(cast(p.detach(), "e4m3"), p.detach())

@@ -23,7 +23,7 @@ def _run(n_steps: int = 5):
     m = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8))
     opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
     rec = ReferenceRecorder(eligible_parameters(m), formats=("e4m3", "bf16"), tile_size=64,
-                            score_steps=3)
+                            score_steps=3, tiles=True)
     g = torch.Generator().manual_seed(1)
     for _ in range(n_steps):
         opt.zero_grad()

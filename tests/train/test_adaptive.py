@@ -1,0 +1,48 @@
+"""Adaptive precision: a controller's new plan is applied, saved and logged."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import snip.train.loop as loop
+from snip.plan import PrecisionPlan
+from snip.train import PrecisionController, from_sources, train
+
+
+class SwitchAtStep6:
+    """A stand-in controller: FP4 everywhere from step 6 on."""
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
+
+    def on_step_end(self, step, model, optimizer, batch_fn):  # noqa: ANN001, ANN201
+        self.calls.append(step)
+        x, y = batch_fn(0)
+        assert x.shape == y.shape
+        return PrecisionPlan.uniform("mxfp4") if step == 6 else None
+
+    def state_dict(self) -> dict:
+        return {"calls": list(self.calls)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.calls = list(state["calls"])
+
+
+def test_controller_plans_are_applied_and_recorded(tiny: dict,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    controller = SwitchAtStep6()
+    assert isinstance(controller, PrecisionController)
+    monkeypatch.setattr(loop, "make_controller", lambda *a, **k: controller)
+    result = train(from_sources(overrides={**tiny, "precision.mode": "adaptive"}))
+    assert result.step == 12 and controller.calls == list(range(1, 13))
+    run = Path(tiny["run.dir"]) / "tiny"
+    plan6 = json.loads((run / "plans" / "step_6.json").read_text())
+    assert plan6["meta"]["fp4_flop_fraction"] == 1.0
+    events = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    plan_events = [e for e in events if e["event"] == "plan"]
+    assert [e["step"] for e in plan_events] == [0, 6] and plan_events[1]["changes"] > 0
+    fracs = {e["step"]: e["fp4_flop_fraction"] for e in events if e["event"] == "train"}
+    assert fracs[6] == 0.0 and fracs[7] == 1.0
