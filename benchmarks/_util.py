@@ -12,7 +12,7 @@ OUT = Path(__file__).resolve().parent / "out"
 
 
 def best_time(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> float:
-    """Minimum wall time of ``fn`` over ``repeats`` runs (the least-disturbed run on a shared box)."""
+    """Minimum wall time of ``fn`` over ``repeats`` runs (the least-disturbed run)."""
     for _ in range(warmup):
         fn()
     times = []

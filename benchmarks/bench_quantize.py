@@ -4,10 +4,10 @@
 
 Rows: ``snip.quantize`` (fused fast path) for the main presets; torchao 0.18's reference
 quantizers on the same input (``to_mx`` + ``to_dtype`` for MXFP4, ``NVFP4Tensor.to_nvfp4`` +
-``dequantize`` for NVFP4); the ml_dtypes e2m1 round-trip cast (element only, no scaling); and a plain
-``copy_`` of the tensor as the memory-bandwidth roof.  Every figure is Melem/s of the best of N
-runs; ratios are against the peer or the copy measured in this run.  The fast path is checked to be
-bit-identical to the PyTorch reference path on this input before timing.
+``dequantize`` for NVFP4); the ml_dtypes e2m1 round-trip cast (element only, no scaling); and a
+plain ``copy_`` of the tensor as the memory-bandwidth roof.  Every figure is Melem/s of the best
+of N runs; ratios are against the peer or the copy measured in this run.  The fast path is
+checked to be bit-identical to the PyTorch reference path on this input before timing.
 """
 
 from __future__ import annotations
@@ -56,7 +56,9 @@ def check_bit_identical(x: torch.Tensor) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--size", type=int, default=4096)
     ap.add_argument("--repeats", type=int, default=7)
     args = ap.parse_args()
@@ -75,7 +77,8 @@ def main() -> None:
 
     xn = x.numpy()
     rows["ml_dtypes e2m1 round trip"] = best_time(
-        lambda: xn.astype(ml_dtypes.float4_e2m1fn).astype(np.float32), max(2, args.repeats // 2))
+        lambda: xn.astype(ml_dtypes.float4_e2m1fn).astype(np.float32), max(2, args.repeats // 2)
+    )
 
     melem = {k: n / v / 1e6 for k, v in rows.items()}
     copy = melem["copy_ (bandwidth roof)"]
@@ -93,10 +96,18 @@ def main() -> None:
     }
     print("targets: mxfp4, nvfp4 >= 10x torchao; fp8 per-tensor >= 0.25x copy_")
     print({k: round(v, 2) if v else v for k, v in summary.items()})
-    path = write_json("bench_quantize.json", {
-        "size": args.size, "torch": torch.__version__, "machine": platform.machine(),
-        "threads": torch.get_num_threads(), "fast_path": fast.enabled(),
-        "melem_per_s": melem, "summary": summary})
+    path = write_json(
+        "bench_quantize.json",
+        {
+            "size": args.size,
+            "torch": torch.__version__,
+            "machine": platform.machine(),
+            "threads": torch.get_num_threads(),
+            "fast_path": fast.enabled(),
+            "melem_per_s": melem,
+            "summary": summary,
+        },
+    )
     print(f"wrote {path}")
 
 

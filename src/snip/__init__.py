@@ -28,7 +28,21 @@ from snip.plan import PrecisionPlan
 __version__ = "0.1.0"
 
 __all__ = [
-    "PRESETS", "ElementFormat", "GemmSpecs", "PrecisionPlan", "QLinear", "QTensor", "QuantSpec",
-    "Rounding", "__version__", "cast", "convert", "disabled", "encode", "get_element", "get_spec",
-    "quantize", "unconvert",
+    "PRESETS",
+    "ElementFormat",
+    "GemmSpecs",
+    "PrecisionPlan",
+    "QLinear",
+    "QTensor",
+    "QuantSpec",
+    "Rounding",
+    "__version__",
+    "cast",
+    "convert",
+    "disabled",
+    "encode",
+    "get_element",
+    "get_spec",
+    "quantize",
+    "unconvert",
 ]

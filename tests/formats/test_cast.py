@@ -9,18 +9,30 @@ import snip
 from snip.formats import ELEMENTS, cast, cast_reference, code_table, get_element
 
 ML = {
-    "e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2, "e3m2": ml_dtypes.float6_e3m2fn,
-    "e2m3": ml_dtypes.float6_e2m3fn, "e2m1": ml_dtypes.float4_e2m1fn, "bf16": ml_dtypes.bfloat16,
-    "fp16": np.float16, "fp32": np.float32,
+    "e4m3": ml_dtypes.float8_e4m3fn,
+    "e5m2": ml_dtypes.float8_e5m2,
+    "e3m2": ml_dtypes.float6_e3m2fn,
+    "e2m3": ml_dtypes.float6_e2m3fn,
+    "e2m1": ml_dtypes.float4_e2m1fn,
+    "bf16": ml_dtypes.bfloat16,
+    "fp16": np.float16,
+    "fp32": np.float32,
 }
 
 
 def all_bf16() -> torch.Tensor:
-    return torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(torch.bfloat16).float()
+    return (
+        torch.arange(-(2**15), 2**15, dtype=torch.int32)
+        .to(torch.int16)
+        .view(torch.bfloat16)
+        .float()
+    )
 
 
 def all_fp16() -> torch.Tensor:
-    return torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(torch.float16).float()
+    return (
+        torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(torch.float16).float()
+    )
 
 
 def edge_cases(name: str) -> torch.Tensor:
@@ -33,14 +45,32 @@ def edge_cases(name: str) -> torch.Tensor:
         grid = (all_bf16() if name in ("bf16", "fp32") else all_fp16()).double()
     grid = torch.unique(grid[torch.isfinite(grid)])
     mids = (grid[1:] + grid[:-1]) / 2  # ties; exact in fp32 for all these formats
-    top = torch.tensor([fmt.max_normal, fmt.max_normal * (1 + 2.0 ** -(fmt.mbits + 1)),
-                        fmt.min_subnormal / 2, fmt.min_subnormal, fmt.min_normal])
+    top = torch.tensor(
+        [
+            fmt.max_normal,
+            fmt.max_normal * (1 + 2.0 ** -(fmt.mbits + 1)),
+            fmt.min_subnormal / 2,
+            fmt.min_subnormal,
+            fmt.min_normal,
+        ]
+    )
     base = torch.cat([grid, mids, top, -top]).float()
     base = base[torch.isfinite(base)]
     up = torch.nextafter(base, torch.full_like(base, float("inf")))
     down = torch.nextafter(base, torch.full_like(base, float("-inf")))
-    special = torch.tensor([0.0, -0.0, float("inf"), float("-inf"), float("nan"),
-                            3.4028235e38, -3.4028235e38, 1e-45, -1e-45])
+    special = torch.tensor(
+        [
+            0.0,
+            -0.0,
+            float("inf"),
+            float("-inf"),
+            float("nan"),
+            3.4028235e38,
+            -3.4028235e38,
+            1e-45,
+            -1e-45,
+        ]
+    )
     return torch.cat([base, up, down, special])
 
 
@@ -60,8 +90,9 @@ def assert_bits_equal(got: torch.Tensor, want: torch.Tensor, x: torch.Tensor) ->
     same = (g.view(torch.int32) == w.view(torch.int32)) | both_nan
     if not same.all():
         i = torch.nonzero(~same)[:5, 0]
-        raise AssertionError(f"mismatch at x={x[~nan_in][i].tolist()}: got {g[i].tolist()}, "
-                             f"want {w[i].tolist()}")
+        raise AssertionError(
+            f"mismatch at x={x[~nan_in][i].tolist()}: got {g[i].tolist()}, want {w[i].tolist()}"
+        )
 
 
 @pytest.mark.parametrize("saturate", [False, True])
@@ -89,7 +120,11 @@ def test_integer_formats():
     assert cast(x, "int8").tolist() == [0, 0, 2, 2, -2, 127, 127, -127, 127, 0]
     assert cast(x, "int4").tolist() == [0, 0, 2, 2, -2, 7, 7, -7, 7, 0]
     # mxint8: 1 sign, 1 integer, 6 fraction bits, symmetric: max 127/64
-    assert cast(torch.tensor([1.0 / 128, 3.0 / 128, 5.0]), "mxint8").tolist() == [0.0, 2 / 64, 127 / 64]
+    assert cast(torch.tensor([1.0 / 128, 3.0 / 128, 5.0]), "mxint8").tolist() == [
+        0.0,
+        2 / 64,
+        127 / 64,
+    ]
     assert torch.isnan(cast(torch.tensor([float("nan")]), "int8")).all()
 
 

@@ -34,8 +34,12 @@ def both_paths(fn, monkeypatch):
 def test_fast_equals_torch_path(preset, rounding, monkeypatch):
     for x in inputs():
         for axis in (-1, 0):
-            a, b = both_paths(lambda: quantize(x, preset, axis=axis, rounding=rounding, generator=3),
-                              monkeypatch)
+            a, b = both_paths(
+                lambda x=x, axis=axis: quantize(
+                    x, preset, axis=axis, rounding=rounding, generator=3
+                ),
+                monkeypatch,
+            )
             torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
 
 
@@ -43,7 +47,9 @@ def test_fast_equals_torch_path(preset, rounding, monkeypatch):
 def test_fast_encode_equals_torch_path(preset, monkeypatch):
     x = inputs()[1]
     a, b = both_paths(lambda: encode(x, preset), monkeypatch)
-    assert torch.equal(a.codes, b.codes) and torch.equal(a.scales.view(torch.uint8), b.scales.view(torch.uint8))
+    assert torch.equal(a.codes, b.codes) and torch.equal(
+        a.scales.view(torch.uint8), b.scales.view(torch.uint8)
+    )
 
 
 def test_weight_tiles_fast(monkeypatch):

@@ -50,9 +50,9 @@ def golden_inputs() -> list[np.ndarray]:
     return [
         rng.standard_normal(256).astype(F32),
         (rng.standard_normal(256) * np.repeat(10.0 ** rng.uniform(-6, 6, 16), 16)).astype(F32),
-        np.zeros(64, F32),                                        # all-zero tensor
+        np.zeros(64, F32),  # all-zero tensor
         np.concatenate([np.zeros(16), rng.standard_normal(48)]).astype(F32),  # one zero block
-        under.astype(F32),                                        # block scale underflows to 0
+        under.astype(F32),  # block scale underflows to 0
         ties,
         np.full(32, 3.0000002, F32),
     ]

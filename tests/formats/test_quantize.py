@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import snip
-from snip.formats import PRESETS, QuantSpec, Scaling, ScaleFormat, get_spec, quantize, replace_spec
+from snip.formats import PRESETS, QuantSpec, ScaleFormat, Scaling, get_spec, quantize, replace_spec
 
 ALL = list(PRESETS)
 
@@ -27,7 +27,9 @@ def test_padding_equals_manual_padding(preset):
     if spec.scaling in (Scaling.BLOCK, Scaling.BLOCK2D) and not spec.hadamard:
         k = spec.block
         padded = torch.nn.functional.pad(x, (0, -77 % k, 0, (-5 % k) if spec.weight_2d else 0))
-        if spec.scale_format is not ScaleFormat.E4M3:  # nvfp4's tensor amax is unchanged by zeros too
+        if (
+            spec.scale_format is not ScaleFormat.E4M3
+        ):  # nvfp4's tensor amax is unchanged by zeros too
             assert torch.equal(quantize(padded, preset)[:5, :77], y)
     assert y.shape == x.shape and torch.isfinite(y).all()
 
@@ -37,8 +39,10 @@ def test_axis_is_transpose(preset):
     x = torch.randn(40, 96)
     assert torch.equal(quantize(x, preset, axis=0), quantize(x.T.contiguous(), preset).T)
     x3 = torch.randn(2, 40, 64)
-    assert torch.equal(quantize(x3, preset, axis=1),
-                       quantize(x3.transpose(1, 2).contiguous(), preset).transpose(1, 2))
+    assert torch.equal(
+        quantize(x3, preset, axis=1),
+        quantize(x3.transpose(1, 2).contiguous(), preset).transpose(1, 2),
+    )
 
 
 def test_block2d_transpose_commutes():
@@ -52,7 +56,11 @@ def test_nan_poisons_only_its_block():
     x = torch.randn(2, 64)
     x[0, 3] = float("nan")
     y = quantize(x, "mxfp4")
-    assert torch.isnan(y[0, :32]).all() and torch.isfinite(y[0, 32:]).all() and torch.isfinite(y[1]).all()
+    assert (
+        torch.isnan(y[0, :32]).all()
+        and torch.isfinite(y[0, 32:]).all()
+        and torch.isfinite(y[1]).all()
+    )
     x[1, 40] = float("inf")
     assert torch.isnan(quantize(x, "mxfp4")[1, 32:]).all()
 
@@ -123,8 +131,10 @@ def test_bad_input_errors():
 
 
 def test_quantspec_is_frozen_and_presets_complete():
-    required = ("fp32 bf16 fp16 fp8_e4m3 fp8_e5m2 fp8_e4m3_tile128 fp4_e2m1_tile128 mxfp8_e4m3 "
-                "mxfp8_e5m2 mxfp6_e3m2 mxfp6_e2m3 mxfp4 mxint8 nvfp4 int8 int4_g32").split()
+    required = (
+        "fp32 bf16 fp16 fp8_e4m3 fp8_e5m2 fp8_e4m3_tile128 fp4_e2m1_tile128 mxfp8_e4m3 "
+        "mxfp8_e5m2 mxfp6_e3m2 mxfp6_e2m3 mxfp4 mxint8 nvfp4 int8 int4_g32"
+    ).split()
     assert set(required) <= set(PRESETS)
     spec = get_spec("mxfp4")
     assert isinstance(spec, QuantSpec)
@@ -137,8 +147,14 @@ def test_exact_log2_helpers_match_float64():
 
     k = torch.arange(-149, 128)
     assert torch.equal(exp2_int(k).double(), torch.exp2(k.double()))
-    v = torch.cat([exp2_int(k), torch.rand(10000) * 1e4, torch.rand(1000) * 1e-39,
-                   torch.nextafter(exp2_int(k), torch.tensor(float("inf")))])
+    v = torch.cat(
+        [
+            exp2_int(k),
+            torch.rand(10000) * 1e4,
+            torch.rand(1000) * 1e-39,
+            torch.nextafter(exp2_int(k), torch.tensor(float("inf"))),
+        ]
+    )
     v = v[v > 0]
     ref_floor = torch.floor(torch.log2(v.double())).clamp(min=-127)
     ref_ceil = torch.ceil(torch.log2(v.double())).clamp(min=-127)

@@ -17,7 +17,7 @@ def test_unbiased_and_sqrt_n(element):
     if errs[0] == 0:  # bf16 on these inputs can be exact for some; require strict shrink otherwise
         return
     # 16x more samples -> 4x smaller RMS error of the mean (allow 2.5x..6.5x for noise)
-    for a, b in zip(errs, errs[1:]):
+    for a, b in zip(errs, errs[1:], strict=False):
         assert 2.5 < a / b < 6.5, errs
 
 
@@ -43,6 +43,8 @@ def test_grid_values_are_fixed_points():
 
 def test_stochastic_block_quantization_is_unbiased():
     x = torch.randn(64, 64)
-    mean = torch.stack([quantize(x, "nvfp4", rounding="stochastic", generator=s) for s in range(64)]).mean(0)
+    mean = torch.stack(
+        [quantize(x, "nvfp4", rounding="stochastic", generator=s) for s in range(64)]
+    ).mean(0)
     rne = quantize(x, "nvfp4")
     assert (mean - x).pow(2).mean() < (rne - x).pow(2).mean() / 4

@@ -34,13 +34,19 @@ def _commands() -> dict[str, object]:
 def build_parser() -> argparse.ArgumentParser:
     from snip import __version__
 
-    parser = argparse.ArgumentParser(prog="snip", description=(
-        "FP8 and sub-byte LLM training with adaptive per-layer precision (SNIP)."))
+    parser = argparse.ArgumentParser(
+        prog="snip",
+        description=("FP8 and sub-byte LLM training with adaptive per-layer precision (SNIP)."),
+    )
     parser.add_argument("--version", action="version", version=f"snip {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, mod in _commands().items():
-        p = sub.add_parser(name, help=mod.HELP, description=mod.HELP,
-                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        p = sub.add_parser(
+            name,
+            help=mod.HELP,
+            description=mod.HELP,
+            formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        )
         mod.add_arguments(p)
         p.set_defaults(_run=mod.run)
     return parser

@@ -114,6 +114,7 @@ def _plot(trace, fmt: str, measured, path: Path) -> None:
         ax.axhline(0.5, color="grey", linewidth=0.5)
         ax.set_ylim(-0.02, 1.02)
         ax.set_title(name or "all eligible weights", fontsize=8)
+        ax.set_xlabel("step", fontsize=7)
     for ax in list(axes.flat)[len(names):]:
         ax.axis("off")
     axes.flat[0].legend(fontsize=7)

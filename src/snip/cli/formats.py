@@ -19,21 +19,34 @@ def _g(v: float) -> str:
 def format_tables() -> str:
     from snip.formats import ELEMENTS, PRESETS
 
-    lines = ["Element formats", f"{'name':<8} {'bits':>4} {'E':>2} {'M':>2} {'bias':>4} "
-             f"{'special':<7} {'max':>12} {'min normal':>12} {'min subnormal':>13}"]
+    lines = [
+        "Element formats",
+        f"{'name':<8} {'bits':>4} {'E':>2} {'M':>2} {'bias':>4} "
+        f"{'special':<7} {'max':>12} {'min normal':>12} {'min subnormal':>13}",
+    ]
     for f in ELEMENTS.values():
-        lines.append(f"{f.name:<8} {f.bits:>4} {f.ebits:>2} {f.mbits:>2} {f.bias:>4} "
-                     f"{f.special.value if f.is_float else 'int':<7} {_g(f.max_normal):>12} "
-                     f"{_g(f.min_normal):>12} {_g(f.min_subnormal):>13}")
-    lines += ["", "Presets", f"{'name':<18} {'element':<7} {'bits/elem':>9} {'max':>9} "
-              f"{'min subnormal':>13}  {'scaling (block, scale format)':<32} {'grad rounding':<13}"]
+        lines.append(
+            f"{f.name:<8} {f.bits:>4} {f.ebits:>2} {f.mbits:>2} {f.bias:>4} "
+            f"{f.special.value if f.is_float else 'int':<7} {_g(f.max_normal):>12} "
+            f"{_g(f.min_normal):>12} {_g(f.min_subnormal):>13}"
+        )
+    lines += [
+        "",
+        "Presets",
+        f"{'name':<18} {'element':<7} {'bits/elem':>9} {'max':>9} "
+        f"{'min subnormal':>13}  {'scaling (block, scale format)':<32} {'grad rounding':<13}",
+    ]
     for s in PRESETS.values():
         e = s.element
-        lines.append(f"{s.name:<18} {e.name:<7} {s.bits_per_element:>9.4g} {_g(e.max_normal):>9} "
-                     f"{_g(e.min_subnormal):>13}  {s.describe_scaling():<32} {s.grad_rounding.value:<13}")
+        lines.append(
+            f"{s.name:<18} {e.name:<7} {s.bits_per_element:>9.4g} {_g(e.max_normal):>9} "
+            f"{_g(e.min_subnormal):>13}  {s.describe_scaling():<32} {s.grad_rounding.value:<13}"
+        )
     lines.append("")
-    lines.append("bits/elem includes block scales; per-tensor and per-row scales add 32 bits per "
-                 "tensor or row (NVFP4 also keeps one fp32 tensor scale).")
+    lines.append(
+        "bits/elem includes block scales; per-tensor and per-row scales add 32 bits per "
+        "tensor or row (NVFP4 also keeps one fp32 tensor scale)."
+    )
     return "\n".join(lines)
 
 
@@ -44,13 +57,28 @@ def run(args: argparse.Namespace) -> int:
         from snip.formats import ELEMENTS, PRESETS
 
         data = {
-            "elements": {n: {"bits": f.bits, "ebits": f.ebits, "mbits": f.mbits, "bias": f.bias,
-                             "special": f.special.value, "max": f.max_normal,
-                             "min_normal": f.min_normal, "min_subnormal": f.min_subnormal}
-                         for n, f in ELEMENTS.items()},
-            "presets": {n: {"element": s.element.name, "bits_per_element": s.bits_per_element,
-                            "scaling": s.describe_scaling(), "grad_rounding": s.grad_rounding.value}
-                        for n, s in PRESETS.items()},
+            "elements": {
+                n: {
+                    "bits": f.bits,
+                    "ebits": f.ebits,
+                    "mbits": f.mbits,
+                    "bias": f.bias,
+                    "special": f.special.value,
+                    "max": f.max_normal,
+                    "min_normal": f.min_normal,
+                    "min_subnormal": f.min_subnormal,
+                }
+                for n, f in ELEMENTS.items()
+            },
+            "presets": {
+                n: {
+                    "element": s.element.name,
+                    "bits_per_element": s.bits_per_element,
+                    "scaling": s.describe_scaling(),
+                    "grad_rounding": s.grad_rounding.value,
+                }
+                for n, s in PRESETS.items()
+            },
         }
         print(json.dumps(data, indent=2))
     else:

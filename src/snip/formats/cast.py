@@ -56,12 +56,16 @@ def check_float_tensor(x: torch.Tensor) -> None:
         raise TypeError(f"snip quantizes floating-point tensors; got dtype {x.dtype}")
 
 
-def make_generator(generator: torch.Generator | int | None, device: torch.device) -> torch.Generator | None:
+def make_generator(
+    generator: torch.Generator | int | None, device: torch.device
+) -> torch.Generator | None:
     """Accept a ``torch.Generator``, an integer seed, or ``None`` (global RNG)."""
     if generator is None or isinstance(generator, torch.Generator):
         return generator
     if isinstance(generator, bool) or not isinstance(generator, int):
-        raise TypeError(f"generator must be a torch.Generator, an int seed or None, not {generator!r}")
+        raise TypeError(
+            f"generator must be a torch.Generator, an int seed or None, not {generator!r}"
+        )
     g = torch.Generator(device=device)
     g.manual_seed(generator)
     return g
@@ -72,13 +76,19 @@ def uniform_like(x: torch.Tensor, generator: torch.Generator | None) -> torch.Te
     return torch.rand(x.shape, generator=generator, device=x.device, dtype=torch.float32)
 
 
-_NATIVE = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32,
-           "e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
+_NATIVE = {
+    "bf16": torch.bfloat16,
+    "fp16": torch.float16,
+    "fp32": torch.float32,
+    "e4m3": torch.float8_e4m3fn,
+    "e5m2": torch.float8_e5m2,
+}
 
 
 # --------------------------------------------------------------------------------------------
 # Reference path (float64, exact)
 # --------------------------------------------------------------------------------------------
+
 
 def _grid_round(t: torch.Tensor, rounding: Rounding, u: torch.Tensor | None) -> torch.Tensor:
     """Round ``t >= 0`` (already expressed in grid units) to an integer."""
@@ -98,12 +108,21 @@ def _overflow(q: torch.Tensor, a: torch.Tensor, fmt: ElementFormat, saturate: bo
     return torch.where(over, torch.full_like(q, float("nan")), q)
 
 
-def cast_reference(x: torch.Tensor, element: ElementFormat | str, rounding: Rounding | str = "rne",
-                   saturate: bool = True, generator: torch.Generator | int | None = None) -> torch.Tensor:
+def cast_reference(
+    x: torch.Tensor,
+    element: ElementFormat | str,
+    rounding: Rounding | str = "rne",
+    saturate: bool = True,
+    generator: torch.Generator | int | None = None,
+) -> torch.Tensor:
     """Slow, obviously-correct :func:`cast` (float64 arithmetic)."""
     check_float_tensor(x)
     fmt, mode = get_element(element), as_rounding(rounding)
-    u = uniform_like(x, make_generator(generator, x.device)) if mode is Rounding.STOCHASTIC else None
+    u = (
+        uniform_like(x, make_generator(generator, x.device))
+        if mode is Rounding.STOCHASTIC
+        else None
+    )
     a = x.double().abs()
     if fmt.kind is Kind.INT:
         q = _grid_round(a / fmt.step, mode, u).clamp(max=fmt.int_max) * fmt.step
@@ -121,13 +140,15 @@ def cast_reference(x: torch.Tensor, element: ElementFormat | str, rounding: Roun
 # Fast path
 # --------------------------------------------------------------------------------------------
 
+
 def _pow2_f32(exponent: torch.Tensor) -> torch.Tensor:
     """``2.0 ** exponent`` for int32 exponents in the normal fp32 range, built from bits."""
     return ((exponent + 127) << 23).view(torch.float32)
 
 
-def _round_small_float(a: torch.Tensor, fmt: ElementFormat, mode: Rounding,
-                       u: torch.Tensor | None) -> torch.Tensor:
+def _round_small_float(
+    a: torch.Tensor, fmt: ElementFormat, mode: Rounding, u: torch.Tensor | None
+) -> torch.Tensor:
     """Round fp32 magnitudes ``a`` onto a small float format (emax <= 15), before overflow."""
     e = ((a.view(torch.int32) >> 23) - 127).clamp_(fmt.emin, fmt.emax + 1)
     if mode is Rounding.RNE:
@@ -137,8 +158,13 @@ def _round_small_float(a: torch.Tensor, fmt: ElementFormat, mode: Rounding,
     return _grid_round(t, mode, u) * _pow2_f32(e - fmt.mbits)
 
 
-def cast(x: torch.Tensor, element: ElementFormat | str, rounding: Rounding | str = "rne",
-         saturate: bool = True, generator: torch.Generator | int | None = None) -> torch.Tensor:
+def cast(
+    x: torch.Tensor,
+    element: ElementFormat | str,
+    rounding: Rounding | str = "rne",
+    saturate: bool = True,
+    generator: torch.Generator | int | None = None,
+) -> torch.Tensor:
     """Round each element of ``x`` onto ``element``'s value set; same shape and dtype as ``x``.
 
     ``saturate=True`` clamps overflow (and +/-inf) to +/-max; ``saturate=False`` follows ml_dtypes:
@@ -161,7 +187,11 @@ def cast(x: torch.Tensor, element: ElementFormat | str, rounding: Rounding | str
     if x.dtype == torch.float64 or (fmt.is_float and fmt.emax > 15):
         return cast_reference(x, fmt, mode, saturate, generator)
     xf = x.float()
-    u = uniform_like(xf, make_generator(generator, x.device)) if mode is Rounding.STOCHASTIC else None
+    u = (
+        uniform_like(xf, make_generator(generator, x.device))
+        if mode is Rounding.STOCHASTIC
+        else None
+    )
     a = xf.abs()
     if fmt.kind is Kind.INT:
         q = _grid_round(a * (1.0 / fmt.step), mode, u).clamp_(max=fmt.int_max) * fmt.step

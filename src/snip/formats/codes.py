@@ -30,8 +30,9 @@ def code_table(fmt: ElementFormat) -> torch.Tensor:
     mag = codes % half
     exp, man = mag >> fmt.mbits, mag % 2**fmt.mbits
     frac = man.double() / 2**fmt.mbits
-    val = torch.where(exp == 0, frac * 2.0**fmt.emin,
-                      (1 + frac) * torch.exp2((exp - fmt.bias).double()))
+    val = torch.where(
+        exp == 0, frac * 2.0**fmt.emin, (1 + frac) * torch.exp2((exp - fmt.bias).double())
+    )
     top = exp == 2**fmt.ebits - 1
     if fmt.special is Special.IEEE:
         val = torch.where(top, torch.where(man == 0, float("inf"), float("nan")), val)
@@ -84,5 +85,9 @@ def unpack(packed: torch.Tensor, bits: int, n: int) -> torch.Tensor:
     if bits == 6:
         b = packed.view(-1, 3).to(torch.int32)
         word = b[:, 0] | (b[:, 1] << 8) | (b[:, 2] << 16)
-        return torch.stack([(word >> s) & 0x3F for s in (0, 6, 12, 18)], 1).reshape(-1)[:n].to(torch.uint8)
+        return (
+            torch.stack([(word >> s) & 0x3F for s in (0, 6, 12, 18)], 1)
+            .reshape(-1)[:n]
+            .to(torch.uint8)
+        )
     return packed[:n]

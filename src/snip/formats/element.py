@@ -63,7 +63,13 @@ class ElementFormat:
             if self.bits < 2:
                 raise ValueError(f"integer format {self.name!r} needs at least 2 bits")
             int_max = 2 ** (self.bits - 1) - 1
-            vals = (int_max * self.step, self.step, self.step, math.floor(math.log2(int_max * self.step)), 0)
+            vals = (
+                int_max * self.step,
+                self.step,
+                self.step,
+                math.floor(math.log2(int_max * self.step)),
+                0,
+            )
         else:
             if self.ebits < 1 or self.mbits < 0 or self.bits != 1 + self.ebits + self.mbits:
                 raise ValueError(
@@ -79,7 +85,8 @@ class ElementFormat:
                 emax, max_mant = top - self.bias, 2**self.mbits - 1
             max_normal = 2.0**emax * (1 + max_mant / 2**self.mbits)
             vals = (max_normal, 2.0**emin, 2.0 ** (emin - self.mbits), emax, emin)
-        for name, v in zip(("max_normal", "min_normal", "min_subnormal", "emax", "emin"), vals):
+        names = ("max_normal", "min_normal", "min_subnormal", "emax", "emin")
+        for name, v in zip(names, vals, strict=True):
             object.__setattr__(self, name, v)
 
     @property
@@ -103,20 +110,32 @@ class ElementFormat:
         return self.name
 
 
-def float_format(ebits: int, mbits: int, *, bias: int | None = None,
-                 special: Special = Special.NONE, name: str | None = None) -> ElementFormat:
+def float_format(
+    ebits: int,
+    mbits: int,
+    *,
+    bias: int | None = None,
+    special: Special = Special.NONE,
+    name: str | None = None,
+) -> ElementFormat:
     """Generic constructor for any ``ExMy`` float format (default bias ``2^(E-1) - 1``)."""
     if ebits < 1 or mbits < 0 or ebits + mbits > 31:
         raise ValueError(f"invalid float format e{ebits}m{mbits}: need ebits >= 1, mbits >= 0")
     bias = 2 ** (ebits - 1) - 1 if bias is None else bias
-    return ElementFormat(name=name or f"e{ebits}m{mbits}", kind=Kind.FLOAT, bits=1 + ebits + mbits,
-                         ebits=ebits, mbits=mbits, bias=bias, special=special)
+    return ElementFormat(
+        name=name or f"e{ebits}m{mbits}",
+        kind=Kind.FLOAT,
+        bits=1 + ebits + mbits,
+        ebits=ebits,
+        mbits=mbits,
+        bias=bias,
+        special=special,
+    )
 
 
 def int_format(bits: int, *, frac_bits: int = 0, name: str | None = None) -> ElementFormat:
     """Symmetric integer format with ``frac_bits`` fractional bits (MXINT8: bits 8, frac 6)."""
-    return ElementFormat(name=name or f"int{bits}", kind=Kind.INT, bits=bits,
-                         step=2.0**-frac_bits)
+    return ElementFormat(name=name or f"int{bits}", kind=Kind.INT, bits=bits, step=2.0**-frac_bits)
 
 
 ELEMENTS: dict[str, ElementFormat] = {
@@ -142,7 +161,9 @@ def get_element(name: str | ElementFormat) -> ElementFormat:
     if isinstance(name, ElementFormat):
         return name
     if not isinstance(name, str):
-        raise TypeError(f"element format must be a name or ElementFormat, got {type(name).__name__}")
+        raise TypeError(
+            f"element format must be a name or ElementFormat, got {type(name).__name__}"
+        )
     key = name.lower()
     if key in ELEMENTS:
         return ELEMENTS[key]

@@ -108,15 +108,18 @@ if AVAILABLE:
         return out
 
     @njit(parallel=True, cache=True)
-    def _quant_rows(x, enc, dec, u, out, is_int, mbits, emin, emax, maxn, step, inv_step, sr,
-                    dequant):
+    def _quant_rows(
+        x, enc, dec, u, out, is_int, mbits, emin, emax, maxn, step, inv_step, sr, dequant
+    ):
         n, k = x.shape
         for i in prange(n):
             ei = enc[i]
             di = dec[i]
             for j in range(k):
                 uj = u[i, j] if sr else np.float32(0.0)
-                q = _round_elem(x[i, j] * ei, is_int, mbits, emin, emax, maxn, step, inv_step, sr, uj)
+                q = _round_elem(
+                    x[i, j] * ei, is_int, mbits, emin, emax, maxn, step, inv_step, sr, uj
+                )
                 out[i, j] = q * di if dequant else q
 
 
@@ -137,9 +140,15 @@ def block_amax(blocks: torch.Tensor) -> torch.Tensor:
     return amax.view(-1, 1)
 
 
-def quantize_blocks(blocks: torch.Tensor, encode: torch.Tensor, decode: torch.Tensor,
-                    fmt: ElementFormat, rounding: Rounding, generator: torch.Generator | None,
-                    dequant: bool) -> torch.Tensor:
+def quantize_blocks(
+    blocks: torch.Tensor,
+    encode: torch.Tensor,
+    decode: torch.Tensor,
+    fmt: ElementFormat,
+    rounding: Rounding,
+    generator: torch.Generator | None,
+    dequant: bool,
+) -> torch.Tensor:
     """Round ``blocks * encode`` onto ``fmt`` (saturating); multiply by ``decode`` if asked."""
     blocks = blocks.contiguous()
     sr = rounding is Rounding.STOCHASTIC
@@ -154,10 +163,32 @@ def quantize_blocks(blocks: torch.Tensor, encode: torch.Tensor, decode: torch.Te
     is_int = fmt.kind is Kind.INT
     f32 = np.float32
     if not sr and not is_int:
-        _quant_rows_rne_float(chunks.numpy(), enc.contiguous().numpy(), dec.contiguous().numpy(),
-                              out.numpy(), fmt.mbits, fmt.emin, fmt.emax, f32(fmt.max_normal), dequant)
+        _quant_rows_rne_float(
+            chunks.numpy(),
+            enc.contiguous().numpy(),
+            dec.contiguous().numpy(),
+            out.numpy(),
+            fmt.mbits,
+            fmt.emin,
+            fmt.emax,
+            f32(fmt.max_normal),
+            dequant,
+        )
         return out.view(blocks.shape)
-    _quant_rows(chunks.numpy(), enc.contiguous().numpy(), dec.contiguous().numpy(), u.numpy(),
-                out.numpy(), is_int, fmt.mbits, fmt.emin, fmt.emax, f32(fmt.max_normal),
-                f32(fmt.step), f32(1.0 / fmt.step), sr, dequant)
+    _quant_rows(
+        chunks.numpy(),
+        enc.contiguous().numpy(),
+        dec.contiguous().numpy(),
+        u.numpy(),
+        out.numpy(),
+        is_int,
+        fmt.mbits,
+        fmt.emin,
+        fmt.emax,
+        f32(fmt.max_normal),
+        f32(fmt.step),
+        f32(1.0 / fmt.step),
+        sr,
+        dequant,
+    )
     return out.view(blocks.shape)

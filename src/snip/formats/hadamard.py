@@ -33,7 +33,7 @@ def rht_matrix(size: int, seed: int) -> torch.Tensor:
 
 
 def rht(x: torch.Tensor, size: int, seed: int, axis: int) -> torch.Tensor:
-    """Rotate ``x`` (fp32) in blocks of ``size`` along ``axis``; the axis is padded to a multiple."""
+    """Rotate ``x`` (fp32) in blocks of ``size`` along ``axis`` (padded to a multiple)."""
     x = x.movedim(axis, -1)
     n = x.shape[-1]
     pad = -n % size

@@ -21,42 +21,64 @@ from dataclasses import dataclass
 import torch
 
 from snip.formats import codes as C
+from snip.formats import fast
 from snip.formats.cast import Rounding, as_rounding, cast, check_float_tensor, make_generator
 from snip.formats.hadamard import irht, rht
-from snip.formats import fast
-from snip.formats.scaling import BlockLayout, Scales, block_amax, e4m3_decode, e8m0_decode, scales_from_amax
+from snip.formats.scaling import (
+    BlockLayout,
+    Scales,
+    block_amax,
+    e4m3_decode,
+    e8m0_decode,
+    scales_from_amax,
+)
 from snip.formats.spec import QuantSpec, ScaleFormat, Scaling, get_spec
 
 _NATIVE = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
-def _grid(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Rounding,
-          generator: torch.Generator | None, dequant: bool,
-          ) -> tuple[BlockLayout, torch.Tensor, Scales]:
+def _grid(
+    x: torch.Tensor,
+    spec: QuantSpec,
+    axis: int,
+    rounding: Rounding,
+    generator: torch.Generator | None,
+    dequant: bool,
+) -> tuple[BlockLayout, torch.Tensor, Scales]:
     """Steps 2-4 (and 5's multiply when ``dequant``) on an fp32 tensor, block by block."""
     layout = BlockLayout.of(x, spec, axis)
     blocks = layout.to_blocks(x)
     if fast.enabled() and fast.supports(spec.element) and x.device.type == "cpu" and blocks.numel():
         scales = scales_from_amax(fast.block_amax(blocks), spec)
-        q = fast.quantize_blocks(blocks, scales.encode, scales.decode, spec.element, rounding,
-                                 generator, dequant)
+        q = fast.quantize_blocks(
+            blocks, scales.encode, scales.decode, spec.element, rounding, generator, dequant
+        )
         return layout, q, scales
     scales = scales_from_amax(block_amax(blocks), spec)
     q = cast(blocks * scales.encode, spec.element, rounding, saturate=True, generator=generator)
     return layout, (q * scales.decode if dequant else q), scales
 
 
-def _resolve(x: torch.Tensor, spec: QuantSpec | str, rounding: Rounding | str | None,
-             generator: torch.Generator | int | None) -> tuple[QuantSpec, Rounding, torch.Generator | None]:
+def _resolve(
+    x: torch.Tensor,
+    spec: QuantSpec | str,
+    rounding: Rounding | str | None,
+    generator: torch.Generator | int | None,
+) -> tuple[QuantSpec, Rounding, torch.Generator | None]:
     check_float_tensor(x)
     spec = get_spec(spec)
     mode = spec.rounding if rounding is None else as_rounding(rounding)
     return spec, mode, make_generator(generator, x.device)
 
 
-def quantize(x: torch.Tensor, spec: QuantSpec | str, *, axis: int = -1,
-             rounding: Rounding | str | None = None,
-             generator: torch.Generator | int | None = None) -> torch.Tensor:
+def quantize(
+    x: torch.Tensor,
+    spec: QuantSpec | str,
+    *,
+    axis: int = -1,
+    rounding: Rounding | str | None = None,
+    generator: torch.Generator | int | None = None,
+) -> torch.Tensor:
     """Fake-quantize ``x`` (quantize, then dequantize) with a preset name or ``QuantSpec``.
 
     Scales are shared along ``axis`` (the GEMM contraction axis); ``rounding`` overrides the
@@ -116,7 +138,9 @@ class QTensor:
         q = C.decode_codes(C.unpack(self.codes, fmt.bits, n), fmt).view(self.grid_shape)
         out = self.layout.from_blocks(q * self._scales().decode)
         if self.spec.hadamard:
-            out = irht(out, self.spec.hadamard, self.spec.hadamard_seed, self.axis, self.shape[self.axis])
+            out = irht(
+                out, self.spec.hadamard, self.spec.hadamard_seed, self.axis, self.shape[self.axis]
+            )
         return out.to(dtype)
 
     def _scales(self) -> Scales:
@@ -128,25 +152,48 @@ class QTensor:
         return Scales(stored, 1.0 / stored, stored)
 
 
-def encode(x: torch.Tensor, spec: QuantSpec | str, *, axis: int = -1,
-           rounding: Rounding | str | None = None,
-           generator: torch.Generator | int | None = None) -> QTensor:
+def encode(
+    x: torch.Tensor,
+    spec: QuantSpec | str,
+    *,
+    axis: int = -1,
+    rounding: Rounding | str | None = None,
+    generator: torch.Generator | int | None = None,
+) -> QTensor:
     """Quantize ``x`` into real packed storage; ``QTensor.dequantize()`` equals :func:`quantize`."""
     spec, mode, gen = _resolve(x, spec, rounding, generator)
     shape, dtype = tuple(x.shape), x.dtype
     if spec.scaling is Scaling.NONE:
         native = _NATIVE[spec.element.name]
         q = cast(x, spec.element, mode, saturate=True, generator=gen).to(native)
-        return QTensor(q.reshape(-1).view(torch.uint8).clone(), None, None, spec, None,
-                       tuple(q.shape), shape, dtype, 0)
+        return QTensor(
+            q.reshape(-1).view(torch.uint8).clone(),
+            None,
+            None,
+            spec,
+            None,
+            tuple(q.shape),
+            shape,
+            dtype,
+            0,
+        )
     xf = x.float()
     if spec.hadamard and x.numel():
         xf = rht(xf, spec.hadamard, spec.hadamard_seed, axis)
     layout, q, scales = _grid(xf, spec, axis, mode, gen, dequant=False)
     codes = C.pack(C.encode_codes(q, spec.element), spec.element.bits)
     stored = scales.stored.reshape(-1)
-    return QTensor(codes, stored, scales.tensor_scale, spec, layout, tuple(q.shape), shape, dtype,
-                   axis % max(1, x.dim()))
+    return QTensor(
+        codes,
+        stored,
+        scales.tensor_scale,
+        spec,
+        layout,
+        tuple(q.shape),
+        shape,
+        dtype,
+        axis % max(1, x.dim()),
+    )
 
 
 def replace_spec(spec: QuantSpec | str, **changes) -> QuantSpec:

@@ -41,9 +41,9 @@ class BlockLayout:
     """Where the blocks of one tensor are; ``to_blocks`` and ``from_blocks`` are inverses."""
 
     shape: tuple[int, ...]
-    axis: int          # normalised, non-negative
+    axis: int  # normalised, non-negative
     scaling: Scaling
-    block: int         # elements per block along the axis (or tile side for BLOCK2D)
+    block: int  # elements per block along the axis (or tile side for BLOCK2D)
 
     @staticmethod
     def of(x: torch.Tensor, spec: QuantSpec, axis: int) -> BlockLayout:
@@ -107,8 +107,8 @@ class Scales:
     block scales), ``tensor_scale`` the fp32 second level (NVFP4) or ``None``.
     """
 
-    decode: torch.Tensor   # (n_blocks, 1) fp32
-    encode: torch.Tensor   # (n_blocks, 1) fp32
+    decode: torch.Tensor  # (n_blocks, 1) fp32
+    encode: torch.Tensor  # (n_blocks, 1) fp32
     stored: torch.Tensor
     tensor_scale: torch.Tensor | None = None
 
@@ -189,8 +189,9 @@ def e4m3_scales(amax: torch.Tensor, s_enc: torch.Tensor, spec: QuantSpec) -> Sca
     return e4m3_decode(block, 1.0 / s_enc, amax)
 
 
-def e4m3_decode(block: torch.Tensor, tensor_decode: torch.Tensor,
-                amax: torch.Tensor | None = None) -> Scales:
+def e4m3_decode(
+    block: torch.Tensor, tensor_decode: torch.Tensor, amax: torch.Tensor | None = None
+) -> Scales:
     dec = block.float() * tensor_decode
     enc = (1.0 / dec).clamp(max=FLT_MAX)
     if amax is not None:

@@ -74,16 +74,25 @@ class QuantSpec:
         object.__setattr__(self, "element", get_element(self.element))
         if self.scaling in (Scaling.BLOCK, Scaling.BLOCK2D):
             if not isinstance(self.block, int) or self.block < 1:
-                raise ValueError(f"spec {self.name!r}: block size must be a positive int, got {self.block!r}")
+                raise ValueError(
+                    f"spec {self.name!r}: block size must be a positive int, got {self.block!r}"
+                )
         elif self.block:
-            raise ValueError(f"spec {self.name!r}: block={self.block} only applies to BLOCK/BLOCK2D scaling")
-        if self.scale_format is ScaleFormat.E4M3 and self.scaling not in (Scaling.BLOCK, Scaling.BLOCK2D):
+            raise ValueError(
+                f"spec {self.name!r}: block={self.block} only applies to BLOCK/BLOCK2D scaling"
+            )
+        if self.scale_format is ScaleFormat.E4M3 and self.scaling not in (
+            Scaling.BLOCK,
+            Scaling.BLOCK2D,
+        ):
             raise ValueError(f"spec {self.name!r}: e4m3 scales need BLOCK or BLOCK2D scaling")
         if self.weight_2d and self.scaling is not Scaling.BLOCK:
             raise ValueError(f"spec {self.name!r}: weight_2d needs BLOCK scaling")
         if self.hadamard and self.hadamard not in _HADAMARD_SIZES:
-            raise ValueError(f"spec {self.name!r}: hadamard size must be one of {_HADAMARD_SIZES}, "
-                             f"got {self.hadamard}")
+            raise ValueError(
+                f"spec {self.name!r}: hadamard size must be one of {_HADAMARD_SIZES}, "
+                f"got {self.hadamard}"
+            )
         if self.scaling is Scaling.NONE and self.element.bits < 16:
             raise ValueError(f"spec {self.name!r}: a {self.element.bits}-bit element needs a scale")
 
@@ -154,10 +163,25 @@ PRESETS: dict[str, QuantSpec] = {
         _p("mxfp4", "e2m1", **_MX, grad_rounding=_SR),
         _p("mxfp4_rht", "e2m1", **_MX, grad_rounding=_SR, hadamard=32),
         _p("mxint8", "mxint8", **_MX),
-        _p("nvfp4", "e2m1", Scaling.BLOCK, block=16, scale_format=ScaleFormat.E4M3,
-           weight_2d=True, grad_rounding=_SR),
-        _p("nvfp4_rht", "e2m1", Scaling.BLOCK, block=16, scale_format=ScaleFormat.E4M3,
-           weight_2d=True, grad_rounding=_SR, hadamard=16),
+        _p(
+            "nvfp4",
+            "e2m1",
+            Scaling.BLOCK,
+            block=16,
+            scale_format=ScaleFormat.E4M3,
+            weight_2d=True,
+            grad_rounding=_SR,
+        ),
+        _p(
+            "nvfp4_rht",
+            "e2m1",
+            Scaling.BLOCK,
+            block=16,
+            scale_format=ScaleFormat.E4M3,
+            weight_2d=True,
+            grad_rounding=_SR,
+            hadamard=16,
+        ),
         _p("int8", "int8", Scaling.CHANNEL),
         _p("int4_g32", "int4", Scaling.BLOCK, block=32),
     )
