@@ -11,8 +11,8 @@ from pathlib import Path
 OUT = Path(__file__).resolve().parent / "out"
 
 
-def best_time(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> float:
-    """Minimum wall time of ``fn`` over ``repeats`` runs (the least-disturbed run)."""
+def wall_times(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> list[float]:
+    """Wall time in seconds of each of ``repeats`` calls of ``fn``, after ``warmup`` calls."""
     for _ in range(warmup):
         fn()
     times = []
@@ -20,18 +20,16 @@ def best_time(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> fl
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
-    return min(times)
+    return times
+
+
+def best_time(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> float:
+    """Minimum wall time (the least-disturbed run on a shared machine)."""
+    return min(wall_times(fn, repeats, warmup))
 
 
 def median_time(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return statistics.median(wall_times(fn, repeats, warmup))
 
 
 def write_json(name: str, data: dict) -> Path:

@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -34,6 +32,11 @@ from torch import nn
 from snip.formats import get_spec, quantize
 from snip.nn import QLinear, SaveMode
 
+try:
+    from benchmarks._util import median_time
+except ImportError:  # run as a script from the benchmarks directory
+    from _util import median_time
+
 FULL_SIZES = [(512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048)]
 QUICK_SIZES = [(128, 128, 128), (256, 256, 256)]
 PRESETS = ["mxfp4", "nvfp4", "fp8_e4m3"]
@@ -42,14 +45,7 @@ OUT = Path(__file__).parent / "out" / "bench_linear.json"
 
 def timed(fn: Callable[[], None], repeats: int, warmup: int = 1) -> float:
     """Median wall time of ``fn`` in milliseconds."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+    return median_time(fn, repeats, warmup) * 1e3
 
 
 def step_fn(layer: nn.Module, x: torch.Tensor, dy: torch.Tensor) -> Callable[[], None]:

@@ -68,7 +68,7 @@ def main() -> None:
     p.add_argument("--seq", type=int, default=64)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--micro-batches", type=int, default=4)
-    p.add_argument("--eval-batches", type=int, default=16)
+    p.add_argument("--eval-batches", type=int, default=48)
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args()
     torch.set_num_threads(args.threads)
@@ -98,7 +98,7 @@ def main() -> None:
     ref_model = copy.deepcopy(model)
     ref_opt = torch.optim.AdamW(ref_model.parameters(), lr=args.lr, betas=(0.9, 0.95),
                                 weight_decay=0.1)
-    ref_opt.load_state_dict(opt.state_dict())
+    ref_opt.load_state_dict(copy.deepcopy(opt.state_dict()))  # load_state_dict aliases
     train_steps(ref_model, ref_opt, ds, args, args.steps, args.k)
     ref_theta = flat(ref_model)
 
@@ -109,7 +109,7 @@ def main() -> None:
         dloss.append(held_out_loss(m, batches) - ref_loss)
         m = convert(copy.deepcopy(model), one_layer_plan(name, HP, FP4))
         o = torch.optim.AdamW(m.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
-        o.load_state_dict(opt.state_dict())
+        o.load_state_dict(copy.deepcopy(opt.state_dict()))
         train_steps(m, o, ds, args, args.steps, args.k)
         drift.append(float(((flat(m) - ref_theta) ** 2).sum()))
 

@@ -16,5 +16,5 @@ from snip.sensitivity.table import (
     synthetic_table,
 )
 
-__all__ = ["SensitivityConfig", "measure", "TABLE_VERSION", "LayerEntry", "Metric", "Normalization", "SensitivityTable",
-           "normalize", "synthetic_table"]
+__all__ = ["TABLE_VERSION", "LayerEntry", "Metric", "Normalization", "SensitivityConfig",
+           "SensitivityTable", "measure", "normalize", "synthetic_table"]
