@@ -83,9 +83,11 @@ def test_fp4_diverges_more_than_fp8(table_and_model) -> None:
         w8 = sum(e.metric(g, FP8).weight_div for e in t.layers.values())
         w4 = sum(e.metric(g, FP4).weight_div for e in t.layers.values())
         assert w4 > 10 * w8 > 0
-    l8 = sum(e.metric("fprop", FP8).loss_div for e in t.layers.values())
-    l4 = sum(e.metric("fprop", FP4).loss_div for e in t.layers.values())
-    assert l4 > l8
+    # The curvature estimate is stochastic (and an untrained net's Hessian is indefinite), so
+    # compare magnitudes: FP4 errors are ~16x FP8's, the quadratic term ~250x.
+    l8 = sum(abs(e.metric("fprop", FP8).loss_div) for e in t.layers.values())
+    l4 = sum(abs(e.metric("fprop", FP4).loss_div) for e in t.layers.values())
+    assert l4 > 10 * l8
 
 
 def test_measure_has_no_side_effects(table_and_model) -> None:
@@ -105,12 +107,13 @@ def test_table_json_roundtrip(table_and_model, tmp_path) -> None:
 
 def test_adam_gain_matches_a_real_adamw_step() -> None:
     torch.manual_seed(1)
-    p = torch.nn.Parameter(torch.randn(64))
+    p = torch.nn.Parameter(torch.randn(64, dtype=torch.float64))
     opt = torch.optim.AdamW([p], lr=1e-2, betas=(0.9, 0.95), weight_decay=0.1)
     for _ in range(3):
-        p.grad = torch.randn(64)
+        p.grad = torch.randn(64, dtype=torch.float64)
         opt.step()
-    g, dg = torch.randn(64), 1e-4 * torch.randn(64)
+    g = torch.randn(64, dtype=torch.float64)
+    dg = 1e-6 * torch.randn(64, dtype=torch.float64)
     gain = update_gain(opt, p, g)
 
     def step_with(grad):
@@ -122,7 +125,7 @@ def test_adam_gain_matches_a_real_adamw_step() -> None:
         return q.detach().double()
 
     du = step_with(g + dg) - step_with(g)
-    torch.testing.assert_close(du, -(gain * dg).double(), rtol=2e-2, atol=1e-9)
+    torch.testing.assert_close(du, -(gain * dg).double(), rtol=2e-3, atol=1e-12)
 
 
 def test_config_validation() -> None:
