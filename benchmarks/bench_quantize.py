@@ -21,6 +21,7 @@ import torch
 
 import snip
 from snip.formats import fast
+from snip.runtime import tune_malloc
 
 try:
     from benchmarks._util import best_time, write_json
@@ -61,7 +62,9 @@ def main() -> None:
     )
     ap.add_argument("--size", type=int, default=4096)
     ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--no-mallopt", action="store_true", help="keep glibc's default allocator")
     args = ap.parse_args()
+    tuned = False if args.no_mallopt else tune_malloc()
     x = torch.randn(args.size, args.size, generator=torch.Generator().manual_seed(0))
     n = x.numel()
     if fast.enabled():
@@ -69,6 +72,7 @@ def main() -> None:
     rows: dict[str, float] = {}
     y = torch.empty_like(x)
     rows["copy_ (bandwidth roof)"] = best_time(lambda: y.copy_(x), args.repeats)
+    rows["clone (copy to a new tensor)"] = best_time(lambda: x.clone(), args.repeats)
     for p in PRESETS:
         rows[f"snip {p}"] = best_time(lambda p=p: snip.quantize(x, p), args.repeats)
     for name, fn in torchao_rows(x).items():
@@ -104,6 +108,7 @@ def main() -> None:
             "machine": platform.machine(),
             "threads": torch.get_num_threads(),
             "fast_path": fast.enabled(),
+            "mallopt": tuned,
             "melem_per_s": melem,
             "summary": summary,
         },

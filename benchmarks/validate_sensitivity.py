@@ -68,6 +68,7 @@ def main() -> None:
     p.add_argument("--seq", type=int, default=64)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--micro-batches", type=int, default=4)
+    p.add_argument("--noise-groups", type=int, default=1)
     p.add_argument("--eval-batches", type=int, default=48)
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args()
@@ -89,7 +90,8 @@ def main() -> None:
     t1 = time.perf_counter()
     tables = {fo: measure(model, batch_fn, optimizer=opt, step=args.steps,
                           config=SensitivityConfig(candidates=(FP4,), first_order=fo,
-                                                   micro_batches=args.micro_batches))
+                                                   micro_batches=args.micro_batches,
+                                                   noise_groups=args.noise_groups))
               for fo in (False, True)}
     t_stats = (time.perf_counter() - t1) / 2
     batches = list(ds.iter_eval_batches("val", args.batch, args.seq,
@@ -135,7 +137,8 @@ def main() -> None:
         print(f"{n:<28} {pred_l[i]:10.3e} {dloss[i]:10.3e} {pred_w[i]:10.3e} {drift[i]:10.3e}")
     for k, v in rho.items():
         print(f"Spearman {k:<48} {v:+.3f}")
-    out = Path(__file__).resolve().parent / "out" / "validate_sensitivity.json"
+    out = Path(__file__).resolve().parent / "out" / (
+        f"validate_sensitivity_mb{args.micro_batches}_g{args.noise_groups}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"args": vars(args), "layers": names, "pred_loss": pred_l,
                                "pred_loss_first_order": pred_l1, "actual_loss": dloss,

@@ -69,3 +69,37 @@ def test_cli_plan_checkpoint_without_optimizer(tmp_path, capsys) -> None:
 def test_cli_plan_bad_budget(tmp_path, capsys) -> None:
     assert main(["plan", "--checkpoint", str(tmp_path), "--budget", "1.5"]) == 2
     assert "[0, 1]" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    from snip.train import from_sources, train
+
+    root = tmp_path_factory.mktemp("runs")
+    cfg = from_sources(overrides={
+        "model.name": "tiny", "train.steps": 2, "train.batch_size": 2, "train.seq_len": 32,
+        "train.eval_every": 2, "train.eval_batches": 1, "train.ckpt_every": 2,
+        "train.warmup_steps": 1, "run.dir": str(root), "run.name": "r",
+        "precision.preset": "bf16"})
+    return train(cfg).run_dir
+
+
+def test_cli_plan_from_checkpoint(tiny_run, tmp_path) -> None:
+    out, table = tmp_path / "plan.json", tmp_path / "t.json"
+    assert main(["plan", "--checkpoint", str(tiny_run), "--budget", "0.5", "--per-gemm",
+                 "--micro-batches", "1", "--out", str(out), "--table", str(table)]) == 0
+    plan = PrecisionPlan.from_json(out)
+    assert plan.meta["achieved"]["fp4_flop_fraction"] >= 0.5
+    assert plan.meta["per_gemm"] is True and table.is_file()
+
+
+def test_cli_plan_refuses_checkpoint_without_optimizer_state(tiny_run, tmp_path,
+                                                             capsys) -> None:
+    import shutil
+
+    copy = tmp_path / "r"
+    shutil.copytree(tiny_run, copy)
+    for f in (copy / "checkpoints").glob("step_*/optimizer.pt"):
+        f.unlink()
+    assert main(["plan", "--checkpoint", str(copy), "--out", str(tmp_path / "p.json")]) == 2
+    assert "no optimizer state" in capsys.readouterr().err

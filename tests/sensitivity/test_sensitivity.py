@@ -135,3 +135,16 @@ def test_config_validation() -> None:
         SensitivityConfig(noise_scale=2.0)
     with pytest.raises(ValueError, match="unknown quantization preset"):
         SensitivityConfig(candidates=("fp5",))
+
+
+def test_measure_on_converted_model_runs_unquantized() -> None:
+    from snip.nn import convert
+
+    m, opt = trained(1)
+    ref = measure(m, batch_fn, optimizer=opt, config=SensitivityConfig(micro_batches=1))
+    q = convert(copy.deepcopy(m), "fp4_e2m1_tile128")
+    opt_q = torch.optim.AdamW(q.parameters(), lr=1e-3)
+    opt_q.load_state_dict(copy.deepcopy(opt.state_dict()))
+    t = measure(q, batch_fn, optimizer=opt_q, config=SensitivityConfig(micro_batches=1))
+    assert t.names == ref.names
+    assert t.loss == pytest.approx(ref.loss, rel=1e-6)

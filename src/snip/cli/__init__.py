@@ -53,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from snip.runtime import tune_malloc
+
+    tune_malloc()
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "_run", None):

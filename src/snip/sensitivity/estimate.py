@@ -13,7 +13,9 @@ the diagonals of the operand Hessians::
 dW_l^2)`` from one *forward noise pass*: every layer's operands get Rademacher noise ``sigma z``
 (``sigma`` = ``noise_scale`` x RMS of the operand), the backward is re-run, and
 ``h = z * (grad(perturbed) - grad(clean)) / sigma``.  Noise in other layers and the other
-operand only adds zero-mean cross terms.  (``first_order=True`` adds the exact first-order term
+operand only adds zero-mean cross terms; ``noise_groups=k`` splits the layers into ``k``
+passes (round robin) to cut those, at ``k`` times the cost.  (``first_order=True`` adds the
+exact first-order term
 ``<G W, E^X> + <G^T X, E^W>``, which averages out over steps but not on one fixed batch.)
 
 **Weight divergence (backward).**  The expected squared deviation of the next AdamW update,
@@ -72,6 +74,7 @@ class SensitivityConfig:
     noise_scale: float = 0.05
     normalization: Normalization = Normalization.SUM
     first_order: bool = False
+    noise_groups: int = 1
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -82,6 +85,10 @@ class SensitivityConfig:
         if isinstance(self.micro_batches, bool) or not isinstance(self.micro_batches, int) \
                 or self.micro_batches < 1:
             raise ValueError(f"micro_batches={self.micro_batches!r} must be a positive int")
+        if isinstance(self.noise_groups, bool) or not isinstance(self.noise_groups, int) \
+                or self.noise_groups < 1:
+            raise ValueError(f"noise_groups={self.noise_groups!r} must be a positive int (forward "
+                             "noise passes per micro-batch; more passes = fewer cross terms)")
         if not 0 < self.noise_scale < 1:
             raise ValueError(f"noise_scale={self.noise_scale!r} must be in (0, 1); "
                              "0.05 (5% of each operand's RMS) is a good default")
@@ -217,7 +224,11 @@ def _one_batch(model: nn.Module, layers: dict[str, nn.Linear], params: list[nn.P
     gains = [update_gain(optimizer, p, g) if g is not None else 0.0
              for p, g in zip(params, param_grads, strict=True)]
     kappa = _propagation_gains(cap, params, gains, gen)
-    noisy = _noise_pass(model, layers, cap, x, y, cfg.noise_scale, gen)
+    names = list(layers)
+    noisy = {}
+    for k in range(min(cfg.noise_groups, len(names))):
+        group = {n: layers[n] for n in names[k::cfg.noise_groups]}
+        noisy.update(_noise_pass(model, group, cap, x, y, cfg.noise_scale, gen))
     index = {id(p): i for i, p in enumerate(params)}
     for n, m in layers.items():
         i = index[id(m.weight)]
@@ -278,4 +289,5 @@ def _build_table(model: nn.Module, layers: dict[str, nn.Linear], optimizer,
                             step=step, normalization=cfg.normalization,
                             meta={"micro_batches": cfg.micro_batches,
                                   "noise_scale": cfg.noise_scale, "first_order": cfg.first_order,
+                                  "noise_groups": cfg.noise_groups,
                                   "weight_sq": weight_sq})

@@ -6,6 +6,8 @@ A checkpoint is one directory ``checkpoints/step_<N>/`` (N = optimizer steps com
     optimizer.pt        torch optimizer state_dict (AdamW moments and step counts)
     rng.pt              torch CPU/CUDA, numpy and Python RNG states
     controller.pt       the precision controller's state_dict (adaptive runs)
+    writeback.pt        the weight write-back state (``--writeback.policy`` other than none):
+                        masters, the stochastic-rounding generator, audit counters
     plan.json           the precision plan in force
     config.toml         the run's resolved config
     meta.json           step, counters, model shape, tokenizer, and a manifest (size + sha256 of
@@ -60,6 +62,7 @@ class Checkpoint:
     optimizer: dict[str, Any]
     rng: dict[str, Any]
     controller: dict[str, Any] | None
+    writeback: dict[str, Any] | None = None
 
     def load_weights(self, model: nn.Module) -> None:
         missing, unexpected = load_model(model, self.path / "model.safetensors", strict=False)
@@ -130,7 +133,8 @@ def _maybe_pause(step: int) -> None:
 
 def save(root: Path, step: int, *, model: nn.Module, optimizer: torch.optim.Optimizer,
          plan: dict[str, Any], config_toml: str, meta: dict[str, Any],
-         controller: dict[str, Any] | None = None, keep: int | None = None) -> Path:
+         controller: dict[str, Any] | None = None, writeback: dict[str, Any] | None = None,
+         keep: int | None = None) -> Path:
     """Write checkpoint ``step`` atomically, then keep only the newest ``keep``."""
     root.mkdir(parents=True, exist_ok=True)
     final = step_dir(root, step)
@@ -143,6 +147,8 @@ def save(root: Path, step: int, *, model: nn.Module, optimizer: torch.optim.Opti
     torch.save(capture_rng(), tmp / "rng.pt")
     if controller is not None:
         torch.save(controller, tmp / "controller.pt")
+    if writeback is not None:
+        torch.save(writeback, tmp / "writeback.pt")
     (tmp / "plan.json").write_text(json.dumps(plan, indent=2) + "\n")
     (tmp / "config.toml").write_text(config_toml)
     files = sorted(p for p in tmp.iterdir())
@@ -239,11 +245,15 @@ def load(path: Path) -> Checkpoint:
         controller = None
         if (path / "controller.pt").is_file():
             controller = torch.load(path / "controller.pt", weights_only=False)
+        writeback = None
+        if (path / "writeback.pt").is_file():
+            writeback = torch.load(path / "writeback.pt", weights_only=True)
         return Checkpoint(
             path=path, step=int(meta["step"]), meta=meta,
             plan=json.loads((path / "plan.json").read_text()),
             optimizer=torch.load(path / "optimizer.pt", weights_only=True),
-            rng=torch.load(path / "rng.pt", weights_only=False), controller=controller)
+            rng=torch.load(path / "rng.pt", weights_only=False), controller=controller,
+            writeback=writeback)
     except (OSError, RuntimeError, ValueError, SafetensorError) as e:
         raise CheckpointError(f"checkpoint {path} cannot be read ({e})"
                               f"{_previous_hint(path)}") from None

@@ -186,13 +186,58 @@ class LogSection:
         _positive("log.every", self.every)
 
 
+# The trainer's write-back policies: "none" (plain fp32 weights) and those of snip.optim.Policy.
+WRITEBACK_POLICIES = ("none", "rne", "stochastic", "master", "selective_master", "eco")
+
+
 @dataclass(frozen=True, kw_only=True)
 class WritebackSection:
-    policy: str = opt("none", "weight write-back policy (reserved for snip.optim; only "
-                              "'none' = plain fp32 weights is wired in the trainer today)")
+    """Safe weight write-back (snip.optim): store the 2-D linear weights on a low-precision grid.
+
+    Mirrors ``snip.optim.WritebackConfig``; the stochastic-rounding generator is seeded from
+    ``seed``. Empty strings mean "not set" (TOML has no null)."""
+
+    policy: str = opt("none", "weight write-back after each optimizer step: 'none' (plain fp32 "
+                              "weights), or store the 2-D linear weights on the writeback.format "
+                              "grid with 'rne', 'stochastic' (unbiased rounding), 'master' (fp32 "
+                              "master copy), 'selective_master' (fp32 masters on the tiles of "
+                              "writeback.mask) or 'eco' (error feedback into Adam's momentum)")
+    format: str = opt("e4m3", "storage grid of the managed weights: an element (e4m3, e5m2, "
+                              "e2m1, bf16, any eXmY; scale 1) or a preset such as fp8_e4m3 "
+                              "(block-scaled)")
+    mask: str = opt("", "tile mask JSON file (from `snip audit --mask-out FILE`); required by "
+                        "and only used with policy 'selective_master'")
+    tile_size: int = opt(768, "coordinates per tile of the flattened weights; must equal the "
+                              "mask's tile_size")
+    state_format: str = opt("", "round the managed weights' AdamW moments after each step to "
+                                "this element (bf16, fp16) or preset (e.g. mxfp8_e4m3); empty: "
+                                "fp32 states")
 
     def __post_init__(self) -> None:
-        _choice("writeback.policy", self.policy, ("none",))
+        _choice("writeback.policy", self.policy, WRITEBACK_POLICIES)
+        from snip.optim import StateFormat, StorageGrid
+
+        try:
+            StorageGrid.parse(self.format)
+        except ValueError as e:
+            raise ValueError(f"writeback.format: {e}") from None
+        if self.state_format:
+            try:
+                StateFormat(name=self.state_format)
+            except ValueError as e:
+                raise ValueError(f"writeback.state_format: {e}") from None
+            if self.policy == "none":
+                raise ValueError("writeback.state_format needs a writeback.policy other than "
+                                 f"'none' (valid: {', '.join(WRITEBACK_POLICIES[1:])})")
+        if isinstance(self.tile_size, bool) or not isinstance(self.tile_size, int):
+            raise ValueError(f"writeback.tile_size must be an int, got {self.tile_size!r}")
+        _positive("writeback.tile_size", self.tile_size)
+        if self.policy == "selective_master" and not self.mask:
+            raise ValueError("writeback.policy 'selective_master' needs writeback.mask FILE (a "
+                             "tile mask, built with `snip audit --mask-out FILE`)")
+        if self.mask and self.policy != "selective_master":
+            raise ValueError(f"writeback.mask only applies to writeback.policy "
+                             f"'selective_master', not {self.policy!r}")
 
 
 @dataclass(frozen=True, kw_only=True)

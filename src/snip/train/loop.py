@@ -12,7 +12,8 @@ One optimizer step:
    scaling the loss by 1/grad_accum so the gradients add up to the mean;
 3. average the gradients over ranks, clip their global norm, and stop -- or skip the step with
    ``train.skip_nonfinite`` -- if the loss or the gradient is not finite;
-4. AdamW step (decoupled weight decay on matrices only);
+4. AdamW step (decoupled weight decay on matrices only), through the weight write-back wrapper
+   when ``writeback.policy`` is set (see `snip.train.writeback`);
 5. then, with the step counted: log, validate, let an adaptive precision controller re-plan,
    checkpoint; Ctrl-C is noticed here and saves before exiting.
 
@@ -39,6 +40,7 @@ from snip.models import build_model, get_config
 from snip.plan import PrecisionPlan, fp4_flop_fraction
 from snip.train import checkpoint, distributed
 from snip.train import config as C
+from snip.train import writeback as wb
 from snip.train.batches import Batch, Batches, open_data
 from snip.train.metrics import MetricsLog, progress_bar, truncate_after
 from snip.train.precision import apply, convert, explicit, initial_plan, make_controller
@@ -186,6 +188,7 @@ class Run:
     plan: PrecisionPlan
     controller: Any
     log: MetricsLog
+    writeback: wb.Writeback | None = None  # the optimizer's write-back wrapper, if any
     step: int = 0
     skipped: int = 0
 
@@ -197,10 +200,11 @@ class Run:
                 "model": dict(self.model.config.to_dict()), "tokenizer": self.data.tokenizer,
                 "vocab_size": self.data.vocab_size}
         state = self.controller.state_dict() if self.controller is not None else None
+        writeback = self.writeback.state_dict() if self.writeback is not None else None
         path = checkpoint.save(
             self.dir / "checkpoints", step, model=self.model, optimizer=self.optimizer,
             plan=self.plan.to_dict(), config_toml=C.to_toml(self.cfg), meta=meta,
-            controller=state, keep=self.cfg.train.keep_checkpoints)
+            controller=state, writeback=writeback, keep=self.cfg.train.keep_checkpoints)
         self.log.log("checkpoint", step, path=str(path.relative_to(self.dir)))
         return path
 
@@ -243,6 +247,10 @@ def setup(cfg: C.Config, resume: Path | None = None) -> Run:
     plan = PrecisionPlan.from_dict(ckpt.plan) if ckpt is not None else initial_plan(cfg.precision)
     model = convert(model, plan)
     optimizer = make_optimizer(model, t)
+    writeback = wb.attach(cfg.writeback, model, optimizer, cfg.seed)
+    if ckpt is not None:  # optimizer (+ write-back) state first: a mismatch must fail before
+        # the run directory (config.toml, metrics.jsonl) is touched
+        wb.restore(writeback, optimizer, ckpt.optimizer, ckpt.writeback, ckpt.path)
     run_dir = run_dir_for(cfg)
     controller = make_controller(cfg.precision, run_dir / "sensitivity", dist.is_main,
                                  cfg.seed)
@@ -252,7 +260,8 @@ def setup(cfg: C.Config, resume: Path | None = None) -> Run:
     log = MetricsLog(run_dir / "metrics.jsonl" if dist.is_main else None,
                      run_dir / "tensorboard" if cfg.log.tensorboard and dist.is_main else None)
     run = Run(cfg=cfg, dir=run_dir, dist=dist, device=device, data=data, model=model,
-              optimizer=optimizer, plan=plan, controller=controller, log=log)
+              optimizer=optimizer, plan=plan, controller=controller, log=log,
+              writeback=writeback)
     if ckpt is not None:
         _restore(run, ckpt)
     return run
@@ -298,9 +307,9 @@ def _prepare_run_dir(run_dir: Path, cfg: C.Config, ckpt: checkpoint.Checkpoint |
 
 
 def _restore(run: Run, ckpt: checkpoint.Checkpoint) -> None:
+    """Weights, controller, RNGs and counters (the optimizer state is loaded in `setup`)."""
     ckpt.load_weights(run.model)
     apply(run.plan, run.model)
-    run.optimizer.load_state_dict(ckpt.optimizer)
     if run.controller is not None and ckpt.controller is not None:
         run.controller.load_state_dict(ckpt.controller)
     checkpoint.restore_rng(ckpt.rng)
@@ -343,6 +352,8 @@ def _train(run: Run) -> RunResult:
     with StopFlag() as stop:
         for step in range(run.step, t.steps):
             t0 = time.perf_counter()
+            done = step + 1
+            log_now = done % cfg.log.every == 0 or done == t.steps
             seed_step(cfg.seed, dist.rank, step)
             # 1. learning rate of this step
             lr = lr_at(step, t)
@@ -372,20 +383,23 @@ def _train(run: Run) -> RunResult:
                 run.skipped += 1
                 result.skipped_steps = run.skipped
             else:
-                # 4. the update
-                optimizer.step()
+                # 4. the update (weights written back low-precision with --writeback.policy)
+                if run.writeback is not None:
+                    run.writeback.step(record=log_now)
+                else:
+                    optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
-            done = step + 1
             result.losses[done], result.train_loss, result.step = loss_val, loss_val, done
             window_time, window_steps = window_time + time.perf_counter() - t0, window_steps + 1
 
             # 5. bookkeeping at the step boundary
             bar.update(1)
-            if done % cfg.log.every == 0 or done == t.steps:
+            if log_now:
                 tok_s = tokens_per_step * window_steps / window_time  # training time only
+                wb_stats = run.writeback.metrics() if run.writeback is not None else {}
                 run.log.log("train", done, loss=loss_val, lr=lr, tokens_per_s=tok_s,
                             grad_norm=grad_norm, fp4_flop_fraction=fp4_frac,
-                            time=time.perf_counter() - t_start, skipped=run.skipped)
+                            time=time.perf_counter() - t_start, skipped=run.skipped, **wb_stats)
                 bar.set_postfix(loss=f"{loss_val:.3f}", tok_s=f"{tok_s:,.0f}")
                 window_time, window_steps = 0.0, 0
             if done % t.eval_every == 0 or done == t.steps:

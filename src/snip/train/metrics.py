@@ -11,6 +11,9 @@
     {"event": "checkpoint", "step": 250, "path": "checkpoints/step_000250"}
     {"event": "nonfinite", "step": 31, "loss": NaN, "skipped": 1}
 
+With ``--writeback.policy`` set, train events also carry ``writeback_frozen`` and
+``writeback_never_moved`` (see `snip.train.writeback`).
+
 ``snip report`` reads only this file, ``config.toml`` and ``plans/``. Only rank 0 writes.
 """
 
