@@ -6,6 +6,9 @@
    (a) the loss increase on fixed held-out batches with ``l``'s fprop in FP4 (the rest fp32);
    (b) the weight drift ``||theta_k - theta_k^ref||^2`` after ``k`` AdamW steps with ``l``'s
        backward GEMMs (dgrad, wgrad) in FP4, against the fp32 continuation on the same batches.
+   (a') the same with *stochastic* rounding of X and W, averaged over ``--sr-seeds`` draws:
+       the expected loss increase under unbiased rounding error, which is exactly what the
+       second-order metric models (RNE error on one fixed W also has a first-order part).
 4. Print Spearman rank correlations: predicted loss divergence vs (a), predicted weight
    divergence vs (b), and the relative-quantization-error score (the ``min_rel_err`` baseline's
    ranking) vs each.  Writes ``benchmarks/out/validate_sensitivity.json``.
@@ -56,6 +59,31 @@ def held_out_loss(model, batches) -> float:
     return float(np.mean([model(x, y)[1].item() for x, y in batches]))
 
 
+@torch.no_grad()
+def sr_loss(model, name: str, batches, seeds: int) -> float:
+    """Held-out loss with layer ``name``'s fprop operands stochastically rounded to FP4."""
+    import torch.nn.functional as F
+
+    from snip.formats import get_spec, quantize
+
+    layer = model.get_submodule(name)
+    out = []
+    for s in range(seeds):
+        gen = torch.Generator().manual_seed(s)
+
+        def hook(mod, args, _y, gen=gen):
+            x = quantize(args[0], FP4, rounding="stochastic", generator=gen)
+            w = quantize(mod.weight, get_spec(FP4).for_weight(), rounding="stochastic",
+                         generator=gen)
+            return F.linear(x, w)
+        h = layer.register_forward_hook(hook)
+        try:
+            out.append(held_out_loss(model, batches))
+        finally:
+            h.remove()
+    return float(np.mean(out))
+
+
 def flat(model) -> torch.Tensor:
     return torch.cat([p.detach().flatten() for p in model.parameters()])
 
@@ -69,6 +97,7 @@ def main() -> None:
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--micro-batches", type=int, default=4)
     p.add_argument("--noise-groups", type=int, default=1)
+    p.add_argument("--sr-seeds", type=int, default=4)
     p.add_argument("--eval-batches", type=int, default=48)
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args()
@@ -105,8 +134,9 @@ def main() -> None:
     ref_theta = flat(ref_model)
 
     names = tables[False].names
-    dloss, drift = [], []
+    dloss, drift, dloss_sr = [], [], []
     for name in names:
+        dloss_sr.append(sr_loss(model, name, batches, args.sr_seeds) - ref_loss)
         m = convert(copy.deepcopy(model), one_layer_plan(name, FP4, HP))
         dloss.append(held_out_loss(m, batches) - ref_loss)
         m = convert(copy.deepcopy(model), one_layer_plan(name, HP, FP4))
@@ -127,14 +157,18 @@ def main() -> None:
         "loss_div (2nd order) vs actual loss increase": spearmanr(pred_l, dloss)[0],
         "loss_div (+1st order) vs actual loss increase": spearmanr(pred_l1, dloss)[0],
         "rel err (fprop X+W) vs actual loss increase": spearmanr(rel_f, dloss)[0],
+        "loss_div (2nd order) vs SR expected loss increase": spearmanr(pred_l, dloss_sr)[0],
+        "rel err (fprop X+W) vs SR expected loss increase": spearmanr(rel_f, dloss_sr)[0],
         "weight_div vs actual weight drift": spearmanr(pred_w, drift)[0],
         "rel err (dY,W,X) vs actual weight drift": spearmanr(rel_b, drift)[0],
     }
     print(f"tiny model, {args.steps} fp32 steps ({t_train:.0f}s), statistics cycle {t_stats:.1f}s "
           f"({args.micro_batches} micro-batches), {len(names)} layers, k={args.k}")
-    print(f"{'layer':<28} {'pred dL':>10} {'actual dL':>10} {'pred dW':>10} {'drift':>10}")
+    print(f"{'layer':<28} {'pred dL':>10} {'actual dL':>10} {'SR dL':>10} {'pred dW':>10} "
+          f"{'drift':>10}")
     for i, n in enumerate(names):
-        print(f"{n:<28} {pred_l[i]:10.3e} {dloss[i]:10.3e} {pred_w[i]:10.3e} {drift[i]:10.3e}")
+        print(f"{n:<28} {pred_l[i]:10.3e} {dloss[i]:10.3e} {dloss_sr[i]:10.3e} "
+              f"{pred_w[i]:10.3e} {drift[i]:10.3e}")
     for k, v in rho.items():
         print(f"Spearman {k:<48} {v:+.3f}")
     out = Path(__file__).resolve().parent / "out" / (
@@ -142,6 +176,7 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"args": vars(args), "layers": names, "pred_loss": pred_l,
                                "pred_loss_first_order": pred_l1, "actual_loss": dloss,
+                               "actual_loss_sr": dloss_sr,
                                "pred_weight": pred_w, "actual_drift": drift,
                                "rel_err_fprop": rel_f, "rel_err_backward": rel_b,
                                "spearman": rho, "stats_seconds": t_stats}, indent=1))

@@ -141,3 +141,17 @@ def test_zero_budget_all_high_when_fp4_worse() -> None:
     plan = solve(t, 0.0)
     assert plan.meta["achieved"]["fp4_flop_fraction"] == 0.0
     assert np.isclose(plan.meta["objective"], plan.meta["objective"])
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("per_gemm", [False, True])
+def test_knapsack_dp_equals_milp(seed: int, per_gemm: bool) -> None:
+    from snip.planner.ilp import solve_milp_only
+
+    t = synthetic_table(6, FOUR if seed % 2 else TWO, seed=seed)
+    cands = FOUR if seed % 2 else TWO
+    for r in (0.3, 0.75, 0.8):
+        p = build_problem(t, r, per_gemm=per_gemm, candidates=cands)
+        dp, milp_ = solve_ilp(p), solve_milp_only(p)
+        assert p.objective(dp) == pytest.approx(p.objective(milp_), rel=1e-9, abs=1e-12)
+        assert not p.violations(dp)

@@ -123,6 +123,62 @@ if AVAILABLE:
                 out[i, j] = q * di if dequant else q
 
 
+if AVAILABLE:
+
+    @njit(parallel=True, cache=True)
+    def _amax_cols(x, k):
+        """Per-column amax of each group of ``k`` rows: shape ``(ceil(R/k), C)``."""
+        r, c = x.shape
+        nb = (r + k - 1) // k
+        out = np.zeros((nb, c), np.float32)
+        for b in prange(nb):
+            bad = np.zeros(c, np.bool_)
+            for i in range(b * k, min(r, (b + 1) * k)):
+                for j in range(c):
+                    a = abs(x[i, j])
+                    out[b, j] = a if a > out[b, j] else out[b, j]
+                    bad[j] |= a != a
+            for j in range(c):
+                if bad[j]:
+                    out[b, j] = np.float32(np.nan)
+        return out
+
+    @njit(parallel=True, cache=True)
+    def _quant_cols(x, k, enc, dec, u, out, is_int, mbits, emin, emax, maxn, step, inv_step, sr):
+        """Dequantized output for blocks of ``k`` rows per column; scales indexed ``[block, col]``
+        (contiguous along the inner loop, so it vectorizes), uniforms ``u[col, row]`` (the torch
+        path's draw order)."""
+        r, c = x.shape
+        nb = enc.shape[0]
+        for b in prange(nb):
+            for i in range(b * k, min(r, (b + 1) * k)):
+                for j in range(c):
+                    uj = u[j, i] if sr else np.float32(0.0)
+                    q = _round_elem(x[i, j] * enc[b, j], is_int, mbits, emin, emax, maxn, step,
+                                    inv_step, sr, uj)
+                    out[i, j] = q * dec[b, j]
+
+
+def quantize_columns(x: torch.Tensor, k: int, scales_fn, fmt: ElementFormat, rounding: Rounding,
+                     generator: torch.Generator | None) -> torch.Tensor:
+    """Fake-quantize a 2-D tensor with blocks of ``k`` consecutive rows in each column (axis 0),
+    without transposing it; same result, bit for bit, as the blocked path."""
+    x = x.contiguous()
+    r, c = x.shape
+    nb = -(-r // k)
+    amax = torch.from_numpy(_amax_cols(x.numpy(), k)).T.reshape(-1, 1)
+    scales = scales_fn(amax)
+    sr = rounding is Rounding.STOCHASTIC
+    u = uniform_like(torch.empty(c * nb, k), generator).view(c, nb * k) if sr else torch.empty(1, 1)
+    out = torch.empty_like(x)
+    f32 = np.float32
+    _quant_cols(x.numpy(), k, scales.encode.reshape(c, nb).T.contiguous().numpy(),
+                scales.decode.reshape(c, nb).T.contiguous().numpy(), u.numpy(), out.numpy(),
+                fmt.kind is Kind.INT, fmt.mbits, fmt.emin, fmt.emax, f32(fmt.max_normal),
+                f32(fmt.step), f32(1.0 / fmt.step), sr)
+    return out
+
+
 def _chunked(blocks: torch.Tensor) -> tuple[torch.Tensor, int]:
     """View few long rows as many chunks so that the kernels can run in parallel."""
     n, k = blocks.shape

@@ -59,6 +59,13 @@ def _grid(
     return layout, (q * scales.decode if dequant else q), scales
 
 
+def _columns(x: torch.Tensor, spec: QuantSpec, axis: int) -> bool:
+    """Blocks along axis 0 of a matrix (the weight-gradient operands) run without a transpose."""
+    return (fast.enabled() and fast.supports(spec.element) and x.device.type == "cpu"
+            and x.dim() == 2 and axis in (0, -2) and spec.scaling is Scaling.BLOCK
+            and not spec.hadamard and x.numel() > 0)
+
+
 def _resolve(
     x: torch.Tensor,
     spec: QuantSpec | str,
@@ -92,8 +99,12 @@ def quantize(
     xf = x.float()
     if spec.hadamard:
         xf = rht(xf, spec.hadamard, spec.hadamard_seed, axis)
-    layout, deq, _ = _grid(xf, spec, axis, mode, gen, dequant=True)
-    out = layout.from_blocks(deq)
+    if _columns(xf, spec, axis):
+        out = fast.quantize_columns(xf, spec.block, lambda a: scales_from_amax(a, spec),
+                                    spec.element, mode, gen)
+    else:
+        layout, deq, _ = _grid(xf, spec, axis, mode, gen, dequant=True)
+        out = layout.from_blocks(deq)
     if spec.hadamard:
         out = irht(out, spec.hadamard, spec.hadamard_seed, axis, x.shape[axis])
     return out.to(x.dtype)
