@@ -31,6 +31,7 @@ from torch import nn
 
 from snip.formats import get_spec, quantize
 from snip.nn import QLinear, SaveMode
+from snip.runtime import tune_malloc
 
 try:
     from benchmarks._util import median_time
@@ -151,6 +152,7 @@ def main() -> None:
                     help="timed bf16 baseline steps at 2048^3 and above (slow on AVX2 CPUs)")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
+    tune_malloc()  # as `snip train` does: large temporaries reuse heap pages
     sizes = QUICK_SIZES if args.quick else FULL_SIZES
     results = run(sizes, args.repeats, args.bf16_repeats)
     results["command"] = "python benchmarks/bench_linear.py" + (" --quick" if args.quick else "")
