@@ -171,13 +171,15 @@ def summarize(out: Path = OUT) -> str:
         return "no results yet"
     mean = {a: sum(v.values()) / len(v) for a, v in rows.items()}
     lb, l4 = mean.get("bf16"), mean.get("fp4")
-    lines = ["| arm | seeds | val loss (mean) | per seed | gap closed |", "|---|---|---|---|---|"]
+    lines = ["| arm | seeds | val loss (mean) | per seed | vs bf16 | gap closed |",
+             "|---|---|---|---|---|---|"]
     for arm in sorted(rows, key=_arm_key):
-        gap = ""
-        if lb is not None and l4 is not None and l4 != lb:
+        gap = "n/a (FP4 not worse than BF16)"
+        if lb is not None and l4 is not None and l4 > lb:
             gap = f"{100 * (l4 - mean[arm]) / (l4 - lb):.0f}%"
+        delta = f"{mean[arm] - lb:+.4f}" if lb is not None else ""
         per = ", ".join(f"{rows[arm][s]:.4f}" for s in sorted(rows[arm]))
-        lines.append(f"| {arm} | {len(rows[arm])} | {mean[arm]:.4f} | {per} | {gap} |")
+        lines.append(f"| {arm} | {len(rows[arm])} | {mean[arm]:.4f} | {per} | {delta} | {gap} |")
     _plot(rows, out)
     return "\n".join(lines)
 

@@ -23,8 +23,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("--checkpoint", required=True, type=Path,
                         help="run directory (its newest checkpoint) or a checkpoint directory")
-    parser.add_argument("--budget", type=float, default=0.75,
-                        help="minimum share of linear-layer GEMM FLOPs in a 4-bit format")
+    parser.add_argument("--budget", type=float, default=None,
+                        help="minimum share of linear-layer GEMM FLOPs in a 4-bit format "
+                             "(default 0.75 unless only --relative-time is given)")
     parser.add_argument("--relative-time", type=float, default=None,
                         help="instead (or also): maximum GEMM time relative to all-BF16")
     parser.add_argument("--profile", default="blackwell", help="throughput profile for time")
@@ -87,8 +88,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.micro_batches < 1:
         raise ValueError(f"--micro-batches={args.micro_batches} must be >= 1")
-    budget = Budget(fp4_fraction=args.budget, relative_time=args.relative_time,
-                    profile=args.profile)
+    fp4 = 0.75 if args.budget is None and args.relative_time is None else args.budget
+    budget = Budget(fp4_fraction=fp4, relative_time=args.relative_time, profile=args.profile)
     path = _checkpoint_dir(args.checkpoint)
     ckpt, cfg, data, model, optimizer = _load(path)
     micro = cfg.train.batch_size // cfg.train.grad_accum
