@@ -56,7 +56,7 @@ def test_flags_override_file_which_overrides_defaults(tmp_path: Path) -> None:
 
 def test_precision_resolution() -> None:
     cfg = C.from_sources(overrides={})
-    assert cfg.precision.mode == C.default_precision_mode()
+    assert cfg.precision.mode == "adaptive"
     assert cfg.precision.preset == C.DEFAULT_PRESET
     # naming a preset means "use exactly this", whatever the default mode
     assert C.from_sources(overrides={"precision.preset": "mxfp4"}).precision.mode == "fixed"

@@ -24,6 +24,7 @@ from snip.formats.cast import Rounding, uniform_like
 from snip.formats.element import ElementFormat, Kind
 
 try:  # numba is a core dependency, but the library must work without it
+    import numba
     from numba import njit, prange
 
     AVAILABLE = True
@@ -31,6 +32,14 @@ except ImportError:  # pragma: no cover - exercised only on platforms without nu
     AVAILABLE = False
 
 _CHUNK = 4096  # elements per parallel task when one scale covers a long row
+
+
+def _follow_torch_threads() -> None:
+    """Use as many numba threads as torch does: on a busy machine oversubscribed thread pools
+    make small kernels 10-60x slower, and users already tune ``torch.set_num_threads``."""
+    n = max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
+    if numba.get_num_threads() != n:
+        numba.set_num_threads(n)
 
 
 def enabled() -> bool:
@@ -163,6 +172,7 @@ def quantize_columns(x: torch.Tensor, k: int, scales_fn, fmt: ElementFormat, rou
                      generator: torch.Generator | None) -> torch.Tensor:
     """Fake-quantize a 2-D tensor with blocks of ``k`` consecutive rows in each column (axis 0),
     without transposing it; same result, bit for bit, as the blocked path."""
+    _follow_torch_threads()
     x = x.contiguous()
     r, c = x.shape
     nb = -(-r // k)
@@ -189,6 +199,7 @@ def _chunked(blocks: torch.Tensor) -> tuple[torch.Tensor, int]:
 
 def block_amax(blocks: torch.Tensor) -> torch.Tensor:
     """``(n_blocks, 1)`` amax, NaN where a block holds a NaN (same as the PyTorch path)."""
+    _follow_torch_threads()
     chunks, per_row = _chunked(blocks.contiguous())
     amax = torch.from_numpy(_amax_rows(chunks.numpy()))
     if per_row > 1:
@@ -206,6 +217,7 @@ def quantize_blocks(
     dequant: bool,
 ) -> torch.Tensor:
     """Round ``blocks * encode`` onto ``fmt`` (saturating); multiply by ``decode`` if asked."""
+    _follow_torch_threads()
     blocks = blocks.contiguous()
     sr = rounding is Rounding.STOCHASTIC
     u = uniform_like(blocks, generator) if sr else torch.empty(1, 1)

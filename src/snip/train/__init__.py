@@ -18,7 +18,6 @@ from snip.train.config import (
     TrainSection,
     WritebackSection,
     build,
-    default_precision_mode,
     from_sources,
     leaves,
     to_toml,
@@ -29,6 +28,6 @@ from snip.train.precision import PrecisionController
 __all__ = [
     "DEFAULT_PRESET", "CheckpointError", "Config", "DataSection", "LogSection", "ModelSection",
     "NonFiniteError", "PrecisionController", "PrecisionSection", "RunResult", "RunSection",
-    "TrainSection", "WritebackSection", "build", "default_precision_mode", "from_sources",
+    "TrainSection", "WritebackSection", "build", "from_sources",
     "leaves", "lr_at", "make_optimizer", "to_toml", "train",
 ]

@@ -36,18 +36,6 @@ from typing import Any
 DEFAULT_PRESET = "fp8_e4m3_tile128"
 
 
-def default_precision_mode() -> str:
-    """'adaptive' when the SNIP controller (snip.planner.Controller) is importable, else 'fixed'.
-
-    This is the only place that decides the default; the lead flips it once the planner lands.
-    """
-    try:
-        from snip.planner import Controller  # noqa: F401
-    except ImportError:
-        return "fixed"
-    return "adaptive"
-
-
 def opt(default: Any, help: str, **kw: Any) -> Any:
     """A config field with its help text (shown by ``snip train --help``)."""
     if callable(default):
@@ -139,9 +127,8 @@ class TrainSection:
 
 @dataclass(frozen=True, kw_only=True)
 class PrecisionSection:
-    mode: str = opt(default_precision_mode, "'fixed' (one plan for the whole run) or "
-                    "'adaptive' (snip.planner re-plans every precision.every steps); default: "
-                    "adaptive when snip.planner is installed")
+    mode: str = opt("adaptive", "'fixed' (one plan for the whole run) or 'adaptive' (SNIP: "
+                    "warm up in precision.preset, then re-plan every precision.every steps)")
     preset: str = opt("", f"apply this preset to every GEMM (empty: {DEFAULT_PRESET} unless "
                           "precision.plan is given)")
     plan: str = opt("", "precision plan JSON file (per layer, per GEMM)")
