@@ -19,73 +19,22 @@ Reports final validation loss and the share of the uniform-FP4-to-BF16 gap each 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import sys
 import time
-import types
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from snip.nn import convert, disabled
 from snip.plan import PrecisionPlan, fp4_flop_fraction
 from snip.planner import Controller
 
 OUT = Path(__file__).resolve().parent / "out" / "snip"
 FP8, FP4 = "fp8_e4m3_tile128", "fp4_e2m1_tile128"
 BASELINES = ("layer_id", "layer_type", "min_rel_err", "random")
-
-
-# -- quantized linear layers: snip.nn.convert when available, else a shim over the GEMM Function
-
-def _shim_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    from snip.nn.gemm import GemmConfig, quantized_linear
-
-    if self._snip_off:
-        return F.linear(x, self.weight, self.bias)
-    self._snip_step += 1
-    cfg = GemmConfig(specs=self.specs, seed=self._snip_seed, step=self._snip_step)
-    return quantized_linear(x, self.weight, self.bias, cfg)
-
-
-def _shim_convert(model: nn.Module, plan: PrecisionPlan) -> nn.Module:
-    for i, (name, specs) in enumerate(plan.resolve(model).items()):
-        m = model.get_submodule(name)
-        m.specs, m._snip_off, m._snip_step, m._snip_seed = specs, False, 0, 1000 + i
-        m.set_specs = types.MethodType(lambda self, s: setattr(self, "specs", s), m)
-        m.forward = types.MethodType(_shim_forward, m)
-    return model
-
-
-@contextlib.contextmanager
-def _shim_disabled(model: nn.Module):
-    mods = [m for m in model.modules() if hasattr(m, "_snip_off")]
-    for m in mods:
-        m._snip_off = True
-    try:
-        yield
-    finally:
-        for m in mods:
-            m._snip_off = False
-
-
-def convert(model: nn.Module, plan: PrecisionPlan) -> nn.Module:
-    try:
-        from snip.nn import convert as nn_convert
-    except ImportError:
-        return _shim_convert(model, plan)
-    return nn_convert(model, plan)
-
-
-def disabled(model: nn.Module):
-    try:
-        from snip.nn import disabled as nn_disabled
-    except ImportError:
-        return _shim_disabled(model)
-    return nn_disabled(model)
 
 
 # -- one arm ------------------------------------------------------------------------------------
