@@ -31,5 +31,7 @@ def test_snip_audit_records_plots_and_masks(tmp_path):
 
 
 def test_snip_audit_bad_trace_is_a_user_error(tmp_path, capsys):
-    assert main(["audit", "--trace", str(tmp_path / "nope.npz")]) == 2
+    out = tmp_path / "out"
+    assert main(["audit", "--trace", str(tmp_path / "nope.npz"), "--out", str(out)]) == 2
+    assert not out.exists()  # a bad input writes nothing
     assert "does not exist" in capsys.readouterr().err

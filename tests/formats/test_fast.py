@@ -5,7 +5,8 @@ import torch
 
 from snip.formats import PRESETS, Scaling, encode, fast, get_spec, quantize
 
-pytestmark = pytest.mark.skipif(not fast.AVAILABLE, reason="numba not installed")
+pytestmark = pytest.mark.skipif("not fast.enabled()",
+                                reason="fast path off (numba not installed or SNIP_FAST=0)")
 
 BLOCKED = [n for n, s in PRESETS.items() if s.scaling is not Scaling.NONE]
 

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from snip.formats import PRESETS
+from snip.nn import QLinear
 from snip.nn.specs import GemmSpecs
 from snip.plan import PLAN_VERSION, PlanChange, PrecisionPlan, diff
 
@@ -264,19 +265,8 @@ def test_non_linear_module_name_is_explained(model):
 # apply
 # --------------------------------------------------------------------------------------------
 
-class FakeQLinear(nn.Linear):
-    """Stands in for snip.nn.QLinear: an nn.Linear with set_specs."""
-
-    def __init__(self, *args, **kw):
-        super().__init__(*args, **kw)
-        self.specs: GemmSpecs | None = None
-
-    def set_specs(self, specs: GemmSpecs) -> None:
-        self.specs = specs
-
-
 def test_apply_switches_specs_and_keeps_weights(plan):
-    model = llama_stack(linear=FakeQLinear)
+    model = llama_stack(linear=QLinear)
     weights = {n: p for n, p in model.named_parameters()}
     values = {n: p.detach().clone() for n, p in weights.items()}
     applied = plan.apply(model)

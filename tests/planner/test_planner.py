@@ -74,7 +74,7 @@ def test_layer_id_keeps_ends_high() -> None:
     t = synthetic_table(6, TWO, seed=0, shapes={"wq": (128, 128)})
     plan = solve(t, 0.5, method="layer_id")
     low = {n for n, e in plan.layers.items() if e["fprop"] == "fp4_e2m1_tile128"}
-    assert low == {"layers.2.wq", "layers.3.wq", "layers.1.wq"} or "layers.0.wq" not in low
+    assert low == {"layers.1.wq", "layers.2.wq", "layers.3.wq"}
     assert "layers.0.wq" not in low and "layers.5.wq" not in low
 
 

@@ -177,15 +177,18 @@ class ReferenceRecorder:
         if record_now:
             self._norms[n].append([float(w.norm()), float(d.norm()), float(g.norm())])
         if score_now:
-            self._score[n] += tile_means((g * d).abs(), self.tile_size)
+            self._score[n] += tile_means((g * d).abs(), self.tile_size).cpu()
         for f in self.formats:
             fz = projected_frozen(w, d, f).float()
+            # the accumulators live on the CPU whatever the model's device
+            tm = (tile_means(fz, self.tile_size).cpu() if score_now or (self.tiles and record_now)
+                  else None)
             if record_now:
                 self._frozen[f][n].append(float(fz.mean()))
                 if self.tiles:
-                    self._tile_frozen[f][n].append(tile_means(fz, self.tile_size).float().numpy())
+                    self._tile_frozen[f][n].append(tm.float().numpy())
             if score_now:
-                self._freeze[f][n] += tile_means(fz, self.tile_size)
+                self._freeze[f][n] += tm
 
     def trace(self, meta: dict | None = None) -> ReferenceTrace:
         k = max(self._scored, 1)

@@ -2,9 +2,10 @@
 
 Each subcommand lives in its own module here and exposes ``COMMAND`` (its name), ``HELP`` (one
 line), ``add_arguments(parser)`` and ``run(args) -> int``.  Modules are discovered automatically,
-so adding a command means adding a file.  User errors (``ValueError``, ``FileNotFoundError``,
-``TypeError`` raised for bad input) print one line and exit with code 2; nothing is lost because
-commands save before they fail.
+so adding a command means adding a file.  Commands report bad input by raising the library's own
+``ValueError``, ``FileNotFoundError`` or ``TypeError`` (there is no CLI-specific exception): it is
+printed as one line and the exit code is 2; nothing is lost because commands save before they
+fail.
 """
 
 from __future__ import annotations
@@ -14,10 +15,6 @@ import importlib
 import pkgutil
 import sys
 from collections.abc import Sequence
-
-
-class UserError(Exception):
-    """An error caused by the user's input: printed as one line, exit code 2."""
 
 
 def _commands() -> dict[str, object]:
@@ -63,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return int(args._run(args) or 0)
-    except (UserError, ValueError, FileNotFoundError, TypeError) as e:
+    except (ValueError, FileNotFoundError, TypeError) as e:
         print(f"snip {args.command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -54,12 +54,14 @@ def _settings(args: argparse.Namespace) -> dict:
     return {k: getattr(args, k) for k in keys}
 
 
-def _lr(cfg: dict, step: int) -> float:
-    warm = max(1, cfg["steps"] // 20)
-    if step < warm:
-        return cfg["lr"] * (step + 1) / warm
-    p = (step - warm) / max(1, cfg["steps"] - warm)
-    return cfg["lr"] * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * p)))
+def _train_section(cfg: dict):
+    """The trainer's settings for ``cfg``: its AdamW (betas 0.9/0.95, no decay on norms and
+    embeddings) and schedule (warm-up over 5 % of the steps, cosine to 10 %)."""
+    from snip.train.config import TrainSection
+
+    return TrainSection(steps=cfg["steps"], batch_size=cfg["batch"], seq_len=cfg["seq_len"],
+                        lr=cfg["lr"], weight_decay=cfg["weight_decay"], min_lr_ratio=0.1,
+                        warmup_steps=max(1, cfg["steps"] // 20), beta1=0.9, beta2=0.95)
 
 
 def _run(cfg: dict, ds, *, fmt: str | None = None, policy: str = "rne",
@@ -70,14 +72,15 @@ def _run(cfg: dict, ds, *, fmt: str | None = None, policy: str = "rne",
     from snip.audit import ReferenceRecorder
     from snip.models import build_model
     from snip.optim import WritebackOptimizer, eligible_parameters
+    from snip.train.loop import lr_at, make_optimizer
 
     torch.manual_seed(cfg["seed"])
     model = build_model(cfg["model"])
     if cfg["seq_len"] > model.config.max_seq_len:
         raise ValueError(f"--seq-len {cfg['seq_len']} exceeds the {cfg['model']} model's "
                          f"max_seq_len {model.config.max_seq_len}")
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], betas=(0.9, 0.95),
-                            weight_decay=cfg["weight_decay"])
+    t = _train_section(cfg)
+    opt = make_optimizer(model, t)
     named = eligible_parameters(model)
     stepper = (ReferenceRecorder(named, **recorder_kw) if fmt is None else
                WritebackOptimizer(opt, named, element=fmt, policy=policy, seed=cfg["seed"],
@@ -85,7 +88,7 @@ def _run(cfg: dict, ds, *, fmt: str | None = None, policy: str = "rne",
                                   record_tiles=recorder_kw["tiles"]))
     for step in range(cfg["steps"]):
         for g in opt.param_groups:
-            g["lr"] = _lr(cfg, step)
+            g["lr"] = lr_at(step, t)
         x, y = ds.get_batch("train", cfg["batch"], cfg["seq_len"], step=step)
         opt.zero_grad(set_to_none=True)
         model(x, y)[1].backward()
@@ -170,11 +173,11 @@ def run(args: argparse.Namespace) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     rec_kw = {"formats": args.formats, "tile_size": args.tile_size,
               "score_steps": args.score_steps, "every": args.every, "tiles": args.tiles}
-    trace = ReferenceTrace.load(args.trace) if args.trace else None
+    trace = ReferenceTrace.load(args.trace) if args.trace else None  # bad file: nothing written
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     cfg = (trace.meta.get("settings") if trace else None) or _settings(args)
     ds = load_dataset() if trace is None or not args.no_measure else None
     if trace is None:

@@ -85,6 +85,7 @@ def _load(path: Path):
 def run(args: argparse.Namespace) -> int:
     from snip.planner import Budget, solve
     from snip.sensitivity import SensitivityConfig, measure
+    from snip.train.loop import CALIBRATION_KEY
 
     if args.micro_batches < 1:
         raise ValueError(f"--micro-batches={args.micro_batches} must be >= 1")
@@ -94,8 +95,8 @@ def run(args: argparse.Namespace) -> int:
     ckpt, cfg, data, model, optimizer = _load(path)
     micro = cfg.train.batch_size // cfg.train.grad_accum
 
-    def batch_fn(i: int):
-        return data.train_batch(10_000_000 + i, micro, cfg.train.seq_len)
+    def batch_fn(i: int):  # the calibration batches the trainer's controller measures on
+        return data.train_batch(CALIBRATION_KEY + i, micro, cfg.train.seq_len)
 
     config = SensitivityConfig(candidates=tuple(args.candidates), seed=args.seed,
                                micro_batches=args.micro_batches)

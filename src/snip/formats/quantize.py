@@ -4,7 +4,7 @@ Both run the same pipeline, so ``encode(x, s).dequantize()`` equals ``quantize(x
 
 1. optional randomized Hadamard rotation along the axis (:mod:`snip.formats.hadamard`);
 2. cut the tensor into blocks, one per scale (:class:`~snip.formats.scaling.BlockLayout`);
-3. compute each block's scale from its amax (:func:`~snip.formats.scaling.compute_scales`);
+3. compute each block's scale from its amax (:func:`~snip.formats.scaling.scales_from_amax`);
 4. multiply by the encode scale and round onto the element grid, saturating
    (:func:`~snip.formats.cast.cast`);
 5. multiply the grid values by the decode scale, reassemble, rotate back.

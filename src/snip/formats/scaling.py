@@ -216,8 +216,3 @@ def scales_from_amax(amax: torch.Tensor, spec: QuantSpec) -> Scales:
         x_amax = finite.max() if amax.numel() else amax.new_zeros(())
         return e4m3_scales(amax, nvfp4_encode_scale(x_amax, spec), spec)
     return fp32_scales(amax, spec)
-
-
-def compute_scales(blocks: torch.Tensor, spec: QuantSpec) -> Scales:
-    """Scales for a ``(n_blocks, k)`` fp32 block matrix."""
-    return scales_from_amax(block_amax(blocks), spec)

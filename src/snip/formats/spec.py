@@ -144,6 +144,8 @@ def _p(name: str, element: str, scaling: Scaling = Scaling.TENSOR, **kw) -> Quan
 
 _SR = Rounding.STOCHASTIC
 _MX = dict(scaling=Scaling.BLOCK, block=32, scale_format=ScaleFormat.E8M0)
+_NV = dict(scaling=Scaling.BLOCK, block=16, scale_format=ScaleFormat.E4M3, weight_2d=True,
+           grad_rounding=_SR)
 
 PRESETS: dict[str, QuantSpec] = {
     s.name: s
@@ -163,25 +165,8 @@ PRESETS: dict[str, QuantSpec] = {
         _p("mxfp4", "e2m1", **_MX, grad_rounding=_SR),
         _p("mxfp4_rht", "e2m1", **_MX, grad_rounding=_SR, hadamard=32),
         _p("mxint8", "mxint8", **_MX),
-        _p(
-            "nvfp4",
-            "e2m1",
-            Scaling.BLOCK,
-            block=16,
-            scale_format=ScaleFormat.E4M3,
-            weight_2d=True,
-            grad_rounding=_SR,
-        ),
-        _p(
-            "nvfp4_rht",
-            "e2m1",
-            Scaling.BLOCK,
-            block=16,
-            scale_format=ScaleFormat.E4M3,
-            weight_2d=True,
-            grad_rounding=_SR,
-            hadamard=16,
-        ),
+        _p("nvfp4", "e2m1", **_NV),
+        _p("nvfp4_rht", "e2m1", **_NV, hadamard=16),
         _p("int8", "int8", Scaling.CHANNEL),
         _p("int4_g32", "int4", Scaling.BLOCK, block=32),
     )

@@ -38,6 +38,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from snip.models.configs import ModelConfig, get_config
+from snip.nn import DEFAULT_SKIP_NAMES
 
 
 class RMSNorm(nn.Module):
@@ -212,10 +213,12 @@ def build_model(
 def linear_layers(
     model: nn.Module, include_output: bool = False
 ) -> list[tuple[str, nn.Linear]]:
-    """The quantizable projections, (name, module) in model order. The LM head `output` is
-    left out by default: it is usually kept in high precision (and may share the embedding)."""
+    """The quantizable projections, (name, module) in model order. The LM head (`output` or
+    `lm_head`, as `snip.convert` skips it) is left out by default: it is usually kept in high
+    precision (and may share the embedding)."""
     return [
         (name, m)
         for name, m in model.named_modules()
-        if isinstance(m, nn.Linear) and (include_output or name != "output")
+        if isinstance(m, nn.Linear)
+        and (include_output or name.rpartition(".")[2] not in DEFAULT_SKIP_NAMES)
     ]

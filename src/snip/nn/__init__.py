@@ -1,6 +1,8 @@
 """Quantized training layers: per-GEMM formats for linear layers, and model conversion."""
 
 from snip.nn.convert import (
+    DEFAULT_SKIP_NAMES,
+    ResolvesToSpecs,
     apply_specs,
     convert,
     disabled,
@@ -19,11 +21,11 @@ from snip.nn.gemm import (
     weight_reusable,
 )
 from snip.nn.qlinear import QLinear, as_gemm_specs, saved_activation_bytes
-from snip.nn.specs import Gemm, GemmSpecs
+from snip.nn.specs import GEMM_NAMES, Gemm, GemmSpecs
 
 __all__ = [
-    "Accum", "Gemm", "GemmConfig", "GemmSpecs", "QLinear", "QuantizedLinearFn", "SaveMode",
-    "SavedBytes", "apply_specs", "as_gemm_specs", "convert", "disabled", "layer_seed",
-    "operand_seed", "qlinear_layers", "quantized_linear", "saved_activation_bytes", "unconvert",
-    "weight_reusable",
+    "DEFAULT_SKIP_NAMES", "GEMM_NAMES", "Accum", "Gemm", "GemmConfig", "GemmSpecs", "QLinear",
+    "QuantizedLinearFn", "ResolvesToSpecs", "SaveMode", "SavedBytes", "apply_specs",
+    "as_gemm_specs", "convert", "disabled", "layer_seed", "operand_seed", "qlinear_layers",
+    "quantized_linear", "saved_activation_bytes", "unconvert", "weight_reusable",
 ]

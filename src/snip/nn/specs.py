@@ -21,6 +21,9 @@ class Gemm(enum.Enum):
     WGRAD = "wgrad"
 
 
+GEMM_NAMES = tuple(g.value for g in Gemm)  # ("fprop", "dgrad", "wgrad"), the plan-file keys
+
+
 @dataclass(frozen=True, kw_only=True)
 class GemmSpecs:
     """The three ``QuantSpec`` of one linear layer (names are resolved through the presets)."""

@@ -65,18 +65,30 @@ class WritebackConfig:
     record_tiles: bool = False
 
     def __post_init__(self) -> None:
+        """Check the settings; errors name the ``writeback.*`` key (the trainer's TOML key and,
+        with ``--``, its flag), so ``snip.train.config.WritebackSection`` re-uses these rules."""
         pol = as_policy(self.policy)
-        StorageGrid.parse(self.format)
+        try:
+            StorageGrid.parse(self.format)
+        except ValueError as e:
+            raise ValueError(f"writeback.format: {e}") from None
         if self.state_format:
-            StateFormat(name=self.state_format)
-        if not isinstance(self.tile_size, int) or self.tile_size < 1:
-            raise ValueError(f"--writeback.tile_size must be a positive int, "
-                             f"got {self.tile_size!r}")
-        if (pol is Policy.SELECTIVE_MASTER) != (self.mask is not None):
-            raise ValueError("--writeback.mask FILE is required by policy 'selective_master' and "
-                             f"only allowed with it (policy={self.policy!r}, mask={self.mask!r})")
+            try:
+                StateFormat(name=self.state_format)
+            except ValueError as e:
+                raise ValueError(f"writeback.state_format: {e}") from None
+        if isinstance(self.tile_size, bool) or not isinstance(self.tile_size, int):
+            raise ValueError(f"writeback.tile_size must be an int, got {self.tile_size!r}")
+        if self.tile_size < 1:
+            raise ValueError(f"writeback.tile_size must be > 0, got {self.tile_size!r}")
+        if pol is Policy.SELECTIVE_MASTER and self.mask is None:
+            raise ValueError("writeback.policy 'selective_master' needs writeback.mask FILE (the "
+                             "required tile mask, built with `snip audit --mask-out FILE`)")
+        if self.mask is not None and pol is not Policy.SELECTIVE_MASTER:
+            raise ValueError(f"writeback.mask only applies to writeback.policy "
+                             f"'selective_master', not {self.policy!r}")
         if self.record_every < 0:
-            raise ValueError(f"--writeback.record_every must be >= 0, got {self.record_every}")
+            raise ValueError(f"writeback.record_every must be >= 0, got {self.record_every}")
         for rx in (self.include, self.exclude):
             if rx:
                 try:

@@ -23,7 +23,16 @@ from dataclasses import dataclass
 
 import torch
 
-from snip.formats import PRESETS, ElementFormat, QuantSpec, Rounding, cast, get_element, quantize
+from snip.formats import (
+    PRESETS,
+    ElementFormat,
+    QuantSpec,
+    Rounding,
+    Scaling,
+    cast,
+    get_element,
+    quantize,
+)
 from snip.formats.spec import get_spec
 
 
@@ -47,7 +56,10 @@ class StorageGrid:
     def parse(cls, name: str | ElementFormat | QuantSpec | StorageGrid) -> StorageGrid:
         """``"e4m3"`` -> analytic grid; a preset name (``"fp8_e4m3"``) -> scaled grid.
 
-        Element names win over preset names (``"bf16"`` is the plain bf16 grid either way).
+        The one precedence rule for a name that is both a preset and an element (stored weights
+        and optimizer states alike): a preset that scales wins (``"int8"``: per-channel int8,
+        ``"mxint8"``: 32-blocks, not the integers at scale 1); the unscaled presets ``bf16``,
+        ``fp16``, ``fp32`` hold the element's own values and give its analytic grid.
         """
         if isinstance(name, StorageGrid):
             return name
@@ -55,11 +67,13 @@ class StorageGrid:
             return cls(element=name.element, spec=name)
         if isinstance(name, ElementFormat):
             return cls(element=name)
+        spec = PRESETS.get(name.lower()) if isinstance(name, str) else None
+        if spec is not None and spec.scaling is not Scaling.NONE:
+            return cls(element=spec.element, spec=spec)
         try:
             return cls(element=get_element(name))
         except ValueError:
-            if isinstance(name, str) and name.lower() in PRESETS:
-                spec = PRESETS[name.lower()]
+            if spec is not None:
                 return cls(element=spec.element, spec=spec)
             valid = ", ".join(PRESETS)
             raise ValueError(f"unknown storage format {name!r}: use an element name (e4m3, "

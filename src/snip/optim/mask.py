@@ -52,7 +52,7 @@ def tile_means(x: torch.Tensor, tile_size: int) -> torch.Tensor:
     n = num_tiles(flat.numel(), tile_size)
     pad = n * tile_size - flat.numel()
     sums = torch.nn.functional.pad(flat, (0, pad)).view(n, tile_size).sum(1)
-    lengths = torch.full((n,), float(tile_size), dtype=torch.float64)
+    lengths = torch.full((n,), float(tile_size), dtype=torch.float64, device=flat.device)
     if pad:
         lengths[-1] = tile_size - pad
     return sums / lengths

@@ -25,11 +25,11 @@ Position in the data flow: ``train.loop`` -> ``WritebackOptimizer.step`` -> wrap
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
-from snip.formats import ElementFormat, QuantSpec, Rounding, cast, get_element, quantize
+from snip.formats import ElementFormat, QuantSpec, Rounding
 from snip.formats.spec import PRESETS
 from snip.optim.grid import StorageGrid
 from snip.optim.mask import DEFAULT_TILE_SIZE, TileMask, tile_means
@@ -40,24 +40,27 @@ STATE_VERSION = 1
 
 @dataclass(frozen=True, kw_only=True)
 class StateFormat:
-    """Low-precision optimizer states: an element (``bf16``: cast) or a preset (block-scaled)."""
+    """Low-precision optimizer states: the :class:`StorageGrid` named ``name``, with its
+    precedence rule (``bf16``: cast; a preset such as ``mxfp8_e4m3`` or ``int8``: block-scaled).
+    """
 
     name: str
+    grid: StorageGrid = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        key = self.name.lower()
         try:
-            get_element(key)
+            grid = StorageGrid.parse(self.name)
         except ValueError:
-            if key not in PRESETS:
-                raise ValueError(f"unknown optimizer state format {self.name!r}: use an element "
-                                 f"(bf16, fp16) or a preset ({', '.join(PRESETS)})") from None
+            raise ValueError(f"unknown optimizer state format {self.name!r}: use an element "
+                             f"(bf16, fp16) or a preset ({', '.join(PRESETS)})") from None
+        object.__setattr__(self, "grid", grid)
+
+    @property
+    def bits_per_element(self) -> float:
+        return self.grid.bits_per_element
 
     def round(self, x: torch.Tensor) -> torch.Tensor:
-        key = self.name.lower()
-        if key in PRESETS and key not in ("bf16", "fp16", "fp32"):
-            return quantize(x, key, rounding=Rounding.RNE)
-        return cast(x, key, Rounding.RNE)
+        return self.grid.round(x, Rounding.RNE)
 
 
 def _named(params: Iterable) -> list[tuple[str, torch.Tensor]]:
@@ -192,7 +195,7 @@ class WritebackOptimizer:
         for s in self.slots:
             for v in self.optimizer.state.get(s.param, {}).values():
                 if isinstance(v, torch.Tensor) and v.shape == s.param.shape:
-                    bits = 32 if self.state_format is None else _state_bits(self.state_format.name)
+                    bits = 32 if self.state_format is None else self.state_format.bits_per_element
                     opt += int(v.numel() * bits + 7) // 8
         return {"stored_weights": stored, "policy_state": extra, "optimizer_state": opt}
 
@@ -231,9 +234,3 @@ class WritebackOptimizer:
                 s.state[k] = v.clone().to(s.param.device)
             self.moved[s.name] = wb["moved"][s.name].clone().to(s.param.device)
 
-
-def _state_bits(name: str) -> float:
-    key = name.lower()
-    if key in PRESETS:
-        return PRESETS[key].bits_per_element
-    return float(get_element(key).bits)

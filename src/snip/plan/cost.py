@@ -33,38 +33,36 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 from torch import nn
 
 from snip.formats import is_fp4
+from snip.nn import DEFAULT_SKIP_NAMES, ResolvesToSpecs
 from snip.nn.specs import Gemm, GemmSpecs
 from snip.plan.profiles import ThroughputProfile, get_profile
 
-HEAD_NAMES = ("output", "lm_head")
+HEAD_NAMES = DEFAULT_SKIP_NAMES  # the layers snip.convert leaves alone by default
 
 Table = Mapping[str, GemmSpecs]
-
-
-class Resolvable(Protocol):
-    """Anything with a ``resolve(model)`` (a :class:`~snip.plan.PrecisionPlan`)."""
-
-    def resolve(self, model: nn.Module) -> dict[str, GemmSpecs]: ...
+Resolvable = ResolvesToSpecs  # anything with a ``resolve(model)`` (a PrecisionPlan)
 
 
 def is_head(name: str) -> bool:
     """True for the LM head: the last name component is ``output`` or ``lm_head``."""
-    return name.rsplit(".", 1)[-1] in HEAD_NAMES
+    return name.rpartition(".")[2] in HEAD_NAMES
 
 
 def linear_layers(model: nn.Module, *, include_head: bool = False) -> dict[str, nn.Linear]:
-    """Every ``nn.Linear`` (``QLinear`` included) by qualified name, in module order."""
+    """Every ``nn.Linear`` (``QLinear`` included) by qualified name, in module order.
+
+    Without ``include_head`` these are exactly the layers ``snip.convert`` converts by default.
+    """
     return {name: m for name, m in model.named_modules()
             if isinstance(m, nn.Linear) and (include_head or not is_head(name))}
 
 
 def as_table(table_or_plan: Table | Resolvable, model: nn.Module) -> Table:
-    if hasattr(table_or_plan, "resolve"):
+    if isinstance(table_or_plan, ResolvesToSpecs):
         return table_or_plan.resolve(model)
     return table_or_plan
 

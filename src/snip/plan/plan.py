@@ -44,14 +44,14 @@ from typing import Any, NamedTuple
 from torch import nn
 
 from snip.formats import PRESETS, QuantSpec, get_spec
-from snip.nn.specs import Gemm, GemmSpecs
+from snip.nn import qlinear_layers
+from snip.nn.specs import GEMM_NAMES, Gemm, GemmSpecs
 from snip.plan import cost
 from snip.plan.profiles import ThroughputProfile
 
 PLAN_VERSION = 1
 REGEX_PREFIX = "re:"
 DEFAULT_KEY = "default"
-GEMM_KEYS = tuple(g.value for g in Gemm)
 
 Names = dict[str, str]  # {"fprop": preset, "dgrad": preset, "wgrad": preset}
 EntryLike = GemmSpecs | Mapping[str, "QuantSpec | str"] | QuantSpec | str
@@ -91,19 +91,19 @@ def _entry_names(value: EntryLike, entry: str, *, strict: bool = True) -> Names:
     if isinstance(value, GemmSpecs):
         value = value.names()
     elif not strict and isinstance(value, str | QuantSpec):
-        value = dict.fromkeys(GEMM_KEYS, value)
+        value = dict.fromkeys(GEMM_NAMES, value)
     if not isinstance(value, Mapping):
         raise ValueError(f"plan entry '{entry}' must be an object with keys "
-                         f"{', '.join(GEMM_KEYS)}; got {value!r}")
-    unknown = [k for k in value if k not in GEMM_KEYS]
+                         f"{', '.join(GEMM_NAMES)}; got {value!r}")
+    unknown = [k for k in value if k not in GEMM_NAMES]
     if unknown:
         raise ValueError(f"plan entry '{entry}' has unknown key {unknown[0]!r}; "
-                         f"expected exactly {', '.join(GEMM_KEYS)}")
-    missing = [g for g in GEMM_KEYS if g not in value]
+                         f"expected exactly {', '.join(GEMM_NAMES)}")
+    missing = [g for g in GEMM_NAMES if g not in value]
     if missing:
         raise ValueError(f"plan entry '{entry}' is missing GEMM key {missing[0]!r}; every entry "
-                         f"needs {', '.join(GEMM_KEYS)}")
-    return {g: _preset_name(value[g], entry, g) for g in GEMM_KEYS}
+                         f"needs {', '.join(GEMM_NAMES)}")
+    return {g: _preset_name(value[g], entry, g) for g in GEMM_NAMES}
 
 
 def _check_key(key: object) -> None:
@@ -154,7 +154,7 @@ class PrecisionPlan:
     @classmethod
     def uniform(cls, preset: QuantSpec | str, meta: Mapping | None = None) -> PrecisionPlan:
         """Every quantizable layer, every GEMM in ``preset``."""
-        return cls(default=dict.fromkeys(GEMM_KEYS, preset), meta=dict(meta or {}))
+        return cls(default=dict.fromkeys(GEMM_NAMES, preset), meta=dict(meta or {}))
 
     @classmethod
     def from_table(cls, table: Mapping[str, EntryLike], default: EntryLike = "bf16",
@@ -229,7 +229,7 @@ class PrecisionPlan:
         for name in names:
             entry = self._entry_for(name, regexes)
             if entry is not None:
-                key = tuple(entry[g] for g in GEMM_KEYS)
+                key = tuple(entry[g] for g in GEMM_NAMES)
                 if key not in cache:
                     cache[key] = GemmSpecs(**entry)
                 table[name] = cache[key]
@@ -263,7 +263,7 @@ class PrecisionPlan:
         between two optimizer steps.  Converted layers the plan does not govern (an LM head it
         does not name) keep their formats.
         """
-        converted = [(n, m) for n, m in model.named_modules() if hasattr(m, "set_specs")]
+        converted = qlinear_layers(model)
         if not converted:
             raise ValueError("model has no converted (QLinear) layers; call "
                              "snip.convert(model, plan) first, then plan.apply(model) to switch")
@@ -288,7 +288,7 @@ class PrecisionPlan:
         total = sum(flops.values()) or 1
         width = max([len("layer"), *map(len, table)])
         fmt_w = max([6, *(len(s.get(g).name) for s in table.values() for g in Gemm)])
-        head = f"{'layer':<{width}}  " + "  ".join(f"{g:<{fmt_w}}" for g in GEMM_KEYS) + "  FLOP %"
+        head = f"{'layer':<{width}}  " + "  ".join(f"{g:<{fmt_w}}" for g in GEMM_NAMES) + "  FLOP %"
         lines = [head, "-" * len(head)]
         for name, specs in table.items():
             fmts = "  ".join(f"{specs.get(g).name:<{fmt_w}}" for g in Gemm)
@@ -342,12 +342,11 @@ def _no_match_message(key: str, query: str, names: list[str], model: nn.Module |
     return f"{msg}{hint}; layer names look like {sample}"
 
 
-def _raw_changes(a: PrecisionPlan, b: PrecisionPlan) -> list[PlanChange]:
-    old = {DEFAULT_KEY: a.default, **a.layers}
-    new = {DEFAULT_KEY: b.default, **b.layers}
+def _changes(old: Mapping[str, Names], new: Mapping[str, Names]) -> list[PlanChange]:
+    """GEMMs whose preset differs between two ``{key: {gemm: name}}`` maps, ``old``'s keys first."""
     changes = []
     for key in [*old, *(k for k in new if k not in old)]:
-        for g in GEMM_KEYS:
+        for g in GEMM_NAMES:
             o = old[key][g] if key in old else None
             n = new[key][g] if key in new else None
             if o != n:
@@ -362,13 +361,6 @@ def diff(a: PrecisionPlan, b: PrecisionPlan, model: nn.Module | None = None) -> 
     plan shows ``None`` on the other side).  Without: over the raw entries, ``"default"`` first.
     """
     if model is None:
-        return _raw_changes(a, b)
-    ta, tb = a.resolve(model), b.resolve(model)
-    changes = []
-    for layer in [*ta, *(k for k in tb if k not in ta)]:
-        for g in Gemm:
-            o = ta[layer].get(g).name if layer in ta else None
-            n = tb[layer].get(g).name if layer in tb else None
-            if o != n:
-                changes.append(PlanChange(layer, g.value, o, n))
-    return changes
+        return _changes({DEFAULT_KEY: a.default, **a.layers}, {DEFAULT_KEY: b.default, **b.layers})
+    return _changes({n: s.names() for n, s in a.resolve(model).items()},
+                    {n: s.names() for n, s in b.resolve(model).items()})

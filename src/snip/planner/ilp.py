@@ -183,12 +183,12 @@ def _solve_knapsack_dp(c: np.ndarray, w: np.ndarray, need: int) -> np.ndarray | 
     return y
 
 
-def solve_ilp(problem: Problem, *, time_limit: float = 60.0) -> np.ndarray:
+def solve_ilp(problem: Problem, *, time_limit: float = 60.0, use_dp: bool = True) -> np.ndarray:
     """Optimal candidate index per unit; ``ValueError`` when the budget cannot be met.
 
     A pure FP4-fraction budget whose units keep two options is a 0/1 knapsack over integer
     FLOP multiples and is solved exactly by dynamic programming (milliseconds for a 70B model,
-    per GEMM); everything else goes to HiGHS.
+    per GEMM) unless ``use_dp`` is false; everything else goes to HiGHS.
     """
     if problem.violations(problem.fp4.argmax(1)) and problem.budget.fp4_fraction is not None \
             and problem.budget.relative_time is None and problem.budget.memory_bytes is None:
@@ -203,7 +203,7 @@ def solve_ilp(problem: Problem, *, time_limit: float = 60.0) -> np.ndarray:
     k = problem.cost.shape[1]
     nudge = 1e-12 * (1.0 + np.abs(problem.cost).max()) * np.arange(k)[None, :]
     c = cols.delta(problem.cost + nudge)
-    knapsack = _knapsack_weights(problem, cols)
+    knapsack = _knapsack_weights(problem, cols) if use_dp else None
     if knapsack is not None:
         y = _solve_knapsack_dp(c, *knapsack)
         if y is None:
@@ -227,12 +227,7 @@ def solve_ilp(problem: Problem, *, time_limit: float = 60.0) -> np.ndarray:
 
 def solve_milp_only(problem: Problem) -> np.ndarray:
     """:func:`solve_ilp` without the DP shortcut (for tests that compare the two)."""
-    global _DP_MAX_CELLS
-    saved, _DP_MAX_CELLS = _DP_MAX_CELLS, 0
-    try:
-        return solve_ilp(problem)
-    finally:
-        _DP_MAX_CELLS = saved
+    return solve_ilp(problem, use_dp=False)
 
 
 def solve_brute_force(problem: Problem) -> np.ndarray:

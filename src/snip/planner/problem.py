@@ -18,15 +18,14 @@ and the relative GEMM time is ``sum time / sum F`` (1.0 = all BF16), exactly as 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from snip.formats import get_spec, is_fp4
 from snip.plan.profiles import ThroughputProfile, get_profile
+from snip.sensitivity.estimate import DEFAULT_CANDIDATES
 from snip.sensitivity.table import GEMMS, SensitivityTable
-
-DEFAULT_CANDIDATES = ("fp8_e4m3_tile128", "fp4_e2m1_tile128")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,7 +90,6 @@ class Problem:
     stage: np.ndarray
     budget: Budget
     n_stages: int = 1
-    extra: dict = field(default_factory=dict)
 
     @property
     def total_flops(self) -> float:

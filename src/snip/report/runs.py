@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-GEMMS = ("fprop", "dgrad", "wgrad")
+from snip.nn.specs import GEMM_NAMES
+
+GEMMS = GEMM_NAMES
 
 
 @dataclass

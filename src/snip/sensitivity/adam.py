@@ -59,7 +59,3 @@ def adam_summary(optimizer: torch.optim.Optimizer | None, param: torch.Tensor) -
                    v_sqrt_mean=float(state["exp_avg_sq"].float().sqrt().mean()),
                    step=int(float(state["step"])))
     return out
-
-
-def has_adam_state(optimizer: torch.optim.Optimizer) -> bool:
-    return any("exp_avg" in s for s in optimizer.state.values())

@@ -186,7 +186,11 @@ def _err(t: torch.Tensor, spec, axis: int, grad: bool, gen: torch.Generator) -> 
 def _layer_metrics(name: str, m: nn.Linear, x: torch.Tensor, g: torch.Tensor,
                    dw: torch.Tensor, gain, kappa: float, noisy: tuple, cfg: SensitivityConfig,
                    gen: torch.Generator, sums: _Sums) -> None:
-    """Add one micro-batch's divergences of layer ``name`` for every candidate to ``sums``."""
+    """Add one micro-batch's divergences of layer ``name`` for every candidate to ``sums``.
+
+    ``gen`` drives the stochastic rounding of the gradient operands; it lives on the model's
+    device (``quantize`` draws its uniforms there).
+    """
     zx, sx, zw, sw, gx2, gw2 = noisy
     w = m.weight.detach().float()
     x2 = x.detach().float().reshape(-1, w.shape[1])
@@ -218,7 +222,8 @@ def _layer_metrics(name: str, m: nn.Linear, x: torch.Tensor, g: torch.Tensor,
 
 def _one_batch(model: nn.Module, layers: dict[str, nn.Linear], params: list[nn.Parameter],
                optimizer, x: torch.Tensor, y: torch.Tensor, cfg: SensitivityConfig,
-               gen: torch.Generator, sums: _Sums) -> None:
+               gen: torch.Generator, err_gen: torch.Generator, sums: _Sums) -> None:
+    """``gen`` (CPU) draws the Rademacher noise, ``err_gen`` (model device) the rounding."""
     loss, cap, out_grads, param_grads = _clean_pass(model, layers, params, x, y)
     sums.add(("loss",), loss.detach())
     gains = [update_gain(optimizer, p, g) if g is not None else 0.0
@@ -235,7 +240,7 @@ def _one_batch(model: nn.Module, layers: dict[str, nn.Linear], params: list[nn.P
         dw = param_grads[i].detach().float() if param_grads[i] is not None else \
             torch.zeros_like(m.weight, dtype=torch.float32)
         _layer_metrics(n, m, cap.inputs[n], out_grads[n], dw, gains[i], kappa[n], noisy[n],
-                       cfg, gen, sums)
+                       cfg, err_gen, sums)
     del loss, cap
 
 
@@ -258,12 +263,15 @@ def measure(model: nn.Module, batch_fn: BatchFn, *, optimizer=None,
     params = [p for p in model.parameters() if p.requires_grad]
     device = next(model.parameters()).device
     gen = torch.Generator(device="cpu").manual_seed(cfg.seed)
+    # Stochastic rounding draws on the operands' device; on CPU both streams are one generator.
+    err_gen = gen if device.type == "cpu" else \
+        torch.Generator(device=device).manual_seed(cfg.seed)
     sums, tokens = _Sums(), 1
     with high_precision(model):
         for i in range(cfg.micro_batches):
             x, y = (t.to(device) for t in batch_fn(i))
             tokens = int(x.numel())
-            _one_batch(model, chosen, params, optimizer, x, y, cfg, gen, sums)
+            _one_batch(model, chosen, params, optimizer, x, y, cfg, gen, err_gen, sums)
     avg = sums.reduce(cfg.micro_batches)
     weight_sq = float(sum(p.detach().float().pow(2).sum() for p in params))
     return _build_table(model, chosen, optimizer, cfg, avg, tokens, step, weight_sq)

@@ -25,6 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from snip.nn import disabled
+
 
 @dataclass
 class Noise:
@@ -79,11 +81,5 @@ class Capture:
 
 
 def high_precision(model: nn.Module) -> contextlib.AbstractContextManager:
-    """Run the statistics passes unquantized (``snip.nn.disabled`` when the model is converted)."""
-    try:
-        from snip.nn import disabled
-    except ImportError:
-        return contextlib.nullcontext()
-    if not any(hasattr(m, "set_specs") for m in model.modules()):
-        return contextlib.nullcontext()
+    """Run the statistics passes unquantized (``snip.nn.disabled``; a no-op on a plain model)."""
     return disabled(model)

@@ -38,10 +38,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from snip.nn.specs import Gemm
+from snip.nn.specs import GEMM_NAMES, Gemm
 
 TABLE_VERSION = 1
-GEMMS = tuple(g.value for g in Gemm)
+GEMMS = GEMM_NAMES
 
 
 class Normalization(enum.Enum):

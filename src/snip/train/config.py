@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from snip.optim import Policy, WritebackConfig
+
 # The fixed plan used when no planner is installed (and the starting plan of adaptive runs).
 DEFAULT_PRESET = "fp8_e4m3_tile128"
 
@@ -174,7 +176,7 @@ class LogSection:
 
 
 # The trainer's write-back policies: "none" (plain fp32 weights) and those of snip.optim.Policy.
-WRITEBACK_POLICIES = ("none", "rne", "stochastic", "master", "selective_master", "eco")
+WRITEBACK_POLICIES = ("none", *(p.value for p in Policy))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -202,29 +204,20 @@ class WritebackSection:
 
     def __post_init__(self) -> None:
         _choice("writeback.policy", self.policy, WRITEBACK_POLICIES)
-        from snip.optim import StateFormat, StorageGrid
-
-        try:
-            StorageGrid.parse(self.format)
-        except ValueError as e:
-            raise ValueError(f"writeback.format: {e}") from None
-        if self.state_format:
-            try:
-                StateFormat(name=self.state_format)
-            except ValueError as e:
-                raise ValueError(f"writeback.state_format: {e}") from None
-            if self.policy == "none":
+        if self.policy == "none":
+            # Nothing is wrapped; reject the settings that would be silently ignored.
+            if self.state_format:
                 raise ValueError("writeback.state_format needs a writeback.policy other than "
                                  f"'none' (valid: {', '.join(WRITEBACK_POLICIES[1:])})")
-        if isinstance(self.tile_size, bool) or not isinstance(self.tile_size, int):
-            raise ValueError(f"writeback.tile_size must be an int, got {self.tile_size!r}")
-        _positive("writeback.tile_size", self.tile_size)
-        if self.policy == "selective_master" and not self.mask:
-            raise ValueError("writeback.policy 'selective_master' needs writeback.mask FILE (a "
-                             "tile mask, built with `snip audit --mask-out FILE`)")
-        if self.mask and self.policy != "selective_master":
-            raise ValueError(f"writeback.mask only applies to writeback.policy "
-                             f"'selective_master', not {self.policy!r}")
+            if self.mask:
+                raise ValueError("writeback.mask only applies to writeback.policy "
+                                 "'selective_master', not 'none'")
+        # The rules live in snip.optim.WritebackConfig, whose errors name the writeback.* key.
+        # Policy 'none' wraps nothing; its (unused) format and tile_size are still checked.
+        on = self.policy != "none"
+        WritebackConfig(policy=self.policy if on else Policy.RNE.value, format=self.format,
+                        mask=(self.mask or None) if on else None, tile_size=self.tile_size,
+                        state_format=(self.state_format or None) if on else None)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -93,8 +93,3 @@ def any_rank(flag: bool, info: DistInfo) -> bool:
         t = t.cuda()
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return bool(t.item())
-
-
-def barrier(info: DistInfo) -> None:
-    if info.enabled:
-        dist.barrier()

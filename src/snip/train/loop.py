@@ -37,13 +37,14 @@ import torch
 from torch import nn
 
 from snip.models import build_model, get_config
+from snip.nn import convert, qlinear_layers
 from snip.plan import PrecisionPlan, fp4_flop_fraction
 from snip.train import checkpoint, distributed
 from snip.train import config as C
 from snip.train import writeback as wb
 from snip.train.batches import Batch, Batches, open_data
 from snip.train.metrics import MetricsLog, progress_bar, truncate_after
-from snip.train.precision import apply, convert, explicit, initial_plan, make_controller
+from snip.train.precision import explicit, initial_plan, make_controller
 
 CALIBRATION_KEY = 10**12  # data "step" of the controller's calibration batches
 
@@ -99,23 +100,18 @@ def pick_device(name: str) -> torch.device:
 
 
 def set_threads(n: int) -> None:
-    """Use ``n`` CPU threads in torch and in the numba quantization kernels alike: on a shared
-    machine, oversubscribed kernel threads make small quantized models many times slower."""
+    """Use ``n`` CPU threads in torch, and so in the numba quantization kernels (which follow
+    ``torch.get_num_threads()``): on a shared machine, oversubscribed kernel threads make small
+    quantized models many times slower."""
     torch.set_num_threads(n)
-    try:
-        import numba
-    except ImportError:
-        return
-    numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
 
 
 def sync_quant_counters(model: nn.Module, count: int) -> None:
     """Set every QLinear's forward counter (which seeds its stochastic rounding) from the step,
     so that the noise is a pure function of the step: exact resume, and evaluation forwards
     never shift the training noise."""
-    for m in model.modules():
-        if hasattr(m, "set_specs") and hasattr(m, "step"):
-            m.step = count
+    for _, m in qlinear_layers(model):
+        m.step = count
 
 
 def local_rows(batch: Batch, dist: distributed.DistInfo) -> Batch:
@@ -309,7 +305,7 @@ def _prepare_run_dir(run_dir: Path, cfg: C.Config, ckpt: checkpoint.Checkpoint |
 def _restore(run: Run, ckpt: checkpoint.Checkpoint) -> None:
     """Weights, controller, RNGs and counters (the optimizer state is loaded in `setup`)."""
     ckpt.load_weights(run.model)
-    apply(run.plan, run.model)
+    run.plan.apply(run.model)
     if run.controller is not None and ckpt.controller is not None:
         run.controller.load_state_dict(ckpt.controller)
     checkpoint.restore_rng(ckpt.rng)
@@ -442,7 +438,7 @@ def _maybe_replan(run: Run, step: int, fp4_frac: float) -> float:
     if new is None:
         return fp4_frac
     previous, run.plan = run.plan, new
-    apply(run.plan, run.model)
+    run.plan.apply(run.model)
     return run.record_plan(step, previous)
 
 

@@ -57,26 +57,10 @@ def make_controller(cfg: PrecisionSection, out_dir: Path, is_main: bool,
     """The adaptive controller, or None for fixed precision."""
     if cfg.mode != "adaptive":
         return None
-    try:
-        from snip.planner import Controller
-    except ImportError:
-        raise ValueError("precision.mode = 'adaptive' needs snip.planner.Controller, which this "
-                         "installation does not have; use --precision.mode fixed (with "
-                         "--precision.preset or --precision.plan)") from None
+    from snip.planner import Controller  # imported here: the planner pulls in scipy
+
     return Controller(budget=cfg.budget, every=cfg.every, out_dir=out_dir if is_main else None,
                       seed=seed)
-
-
-def convert(model: nn.Module, plan: PrecisionPlan) -> nn.Module:
-    """Swap the model's linear layers for QLinear in the formats of ``plan``."""
-    from snip.nn import convert as nn_convert
-
-    return nn_convert(model, plan)
-
-
-def apply(plan: PrecisionPlan, model: nn.Module) -> None:
-    """Switch an already converted model to ``plan`` between steps."""
-    plan.apply(model)
 
 
 def explicit(plan: PrecisionPlan, model: nn.Module, step: int) -> PrecisionPlan:
