@@ -31,6 +31,7 @@ from torch import nn
 from snip.nn import convert, disabled
 from snip.plan import PrecisionPlan, fp4_flop_fraction
 from snip.planner import Controller
+from snip.train.loop import CALIBRATION_KEY
 
 OUT = Path(__file__).resolve().parent / "out" / "snip"
 FP8, FP4 = "fp8_e4m3_tile128", "fp4_e2m1_tile128"
@@ -75,7 +76,7 @@ def run_arm(arm: str, seed: int, ds, args) -> dict:
                          micro_batches=args.micro_batches, seed=seed)
 
     def batch_fn(i: int):
-        return ds.get_batch("train", args.batch, args.seq, 10_000_000 + i)
+        return ds.get_batch("train", args.batch, args.seq, CALIBRATION_KEY + i)
 
     losses, fractions, t0 = {}, {}, time.perf_counter()
     for step in range(args.steps):
