@@ -40,6 +40,7 @@ def test_help_documents_every_option_with_default(capsys: pytest.CaptureFixture)
 
 @pytest.mark.parametrize("argv, match", [
     (["--trian.steps", "5"], "unknown option --trian.steps; did you mean --train.steps?"),
+    (["--train.step", "5"], "unknown option --train.step; did you mean --train.steps?"),
     (["--precision.preset", "mxfp5"], "unknown quantization preset 'mxfp5'"),
     (["--train.steps", "0"], "train.steps must be > 0"),
     (["--train.steps", "-3"], "train.steps must be > 0"),

@@ -33,13 +33,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(
         prog="snip",
+        allow_abbrev=False,
         description=("FP8 and sub-byte LLM training with adaptive per-layer precision (SNIP)."),
     )
     parser.add_argument("--version", action="version", version=f"snip {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, mod in _commands().items():
+        # no prefix matching: `--train.step 5` must be an error, not `--train.steps 5`
         p = sub.add_parser(
             name,
+            allow_abbrev=False,
             help=mod.HELP,
             description=mod.HELP,
             formatter_class=argparse.ArgumentDefaultsHelpFormatter,
