@@ -58,3 +58,14 @@ def test_weight_tiles_fast(monkeypatch):
     spec = get_spec("fp4_e2m1_tile128").for_weight()
     a, b = both_paths(lambda: quantize(w, spec), monkeypatch)
     assert torch.equal(a, b)
+
+
+def test_kernels_leave_torch_thread_count_alone():
+    """numba's OpenMP launch resets omp threads; the fast path must restore torch's setting."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        quantize(torch.randn(64, 64), "mxfp4")
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)

@@ -34,10 +34,24 @@ except ImportError:  # pragma: no cover - exercised only on platforms without nu
 _CHUNK = 4096  # elements per parallel task when one scale covers a long row
 
 
+_launched = False
+
+
 def _follow_torch_threads() -> None:
     """Use as many numba threads as torch does: on a busy machine oversubscribed thread pools
-    make small kernels 10-60x slower, and users already tune ``torch.set_num_threads``."""
-    n = max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
+    make small kernels 10-60x slower, and users already tune ``torch.set_num_threads``.
+
+    Launching numba's OpenMP pool calls ``omp_set_num_threads(NUMBA_NUM_THREADS)``, which
+    silently resets torch's own thread count (they share libgomp); so the first call launches
+    the pool and then restores torch's setting.
+    """
+    global _launched
+    want = torch.get_num_threads()
+    if not _launched:
+        numba.get_num_threads()  # launches the threading layer
+        torch.set_num_threads(want)
+        _launched = True
+    n = max(1, min(want, numba.config.NUMBA_NUM_THREADS))
     if numba.get_num_threads() != n:
         numba.set_num_threads(n)
 
