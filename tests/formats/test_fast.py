@@ -61,11 +61,12 @@ def test_weight_tiles_fast(monkeypatch):
 
 
 def test_kernels_leave_torch_thread_count_alone():
-    """numba's OpenMP launch resets omp threads; the fast path must restore torch's setting."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        quantize(torch.randn(64, 64), "mxfp4")
-        assert torch.get_num_threads() == 1
-    finally:
-        torch.set_num_threads(before)
+    """numba's OpenMP launch resets omp threads; the fast path must restore torch's setting.
+    A fresh process, because the launch happens once per process."""
+    import subprocess
+    import sys
+
+    code = ("import torch, snip; torch.set_num_threads(1); "
+            "snip.quantize(torch.randn(64, 64), 'mxfp4'); print(torch.get_num_threads())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "1"
