@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import sysconfig
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
+from snip.train.metrics import MetricsLog
 
 
 @pytest.fixture(scope="session")
@@ -28,3 +34,25 @@ def tiny(corpus: Path, tmp_path: Path) -> dict[str, object]:
         "train.threads": 1, "log.every": 1, "log.progress": False,
         "run.dir": str(tmp_path / "runs"), "run.name": "tiny",
     }
+
+
+@contextlib.contextmanager
+def _ctrl_c_after(step: int) -> Iterator[None]:
+    real_log = MetricsLog.log
+
+    def log_then_interrupt(self: MetricsLog, event: str, at: int, **values: object) -> None:
+        real_log(self, event, at, **values)
+        if event == "train" and at == step:
+            os.kill(os.getpid(), signal.SIGINT)  # what Ctrl-C does
+
+    MetricsLog.log = log_then_interrupt
+    try:
+        yield
+    finally:
+        MetricsLog.log = real_log
+
+
+@pytest.fixture
+def ctrl_c_after() -> Callable[[int], contextlib.AbstractContextManager[None]]:
+    """``with ctrl_c_after(5): train(...)`` sends SIGINT right after step 5 is logged."""
+    return _ctrl_c_after

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import signal
 from pathlib import Path
 
 import pytest
@@ -15,7 +13,6 @@ from snip.cli import main
 from snip.train import checkpoint, from_sources, lr_at, make_optimizer, train
 from snip.train.config import TrainSection
 from snip.train.loop import NonFiniteError
-from snip.train.metrics import MetricsLog
 
 
 def _argv(overrides: dict[str, object]) -> list[str]:
@@ -45,23 +42,13 @@ def test_tiny_run_end_to_end(tiny: dict, capsys: pytest.CaptureFixture) -> None:
     assert plan["version"] == 1 and "layers.0.attention.wq" in plan["layers"]
 
 
-def test_ctrl_c_saves_and_resume_is_bit_exact(tiny: dict, monkeypatch: pytest.MonkeyPatch
-                                              ) -> None:
+def test_ctrl_c_saves_and_resume_is_bit_exact(tiny: dict, ctrl_c_after) -> None:
     full = train(from_sources(overrides={**tiny, "run.name": "full"}))
     assert full.step == 12 and not full.interrupted
 
-    real_log = MetricsLog.log
-
-    def log_then_interrupt(self: MetricsLog, event: str, step: int, **values: object) -> None:
-        real_log(self, event, step, **values)
-        if event == "train" and step == 5:
-            os.kill(os.getpid(), signal.SIGINT)  # what Ctrl-C does
-
-    monkeypatch.setattr(MetricsLog, "log", log_then_interrupt)
-    cfg = from_sources(overrides={**tiny, "run.name": "cut"})
-    cut = train(cfg)
+    with ctrl_c_after(5):
+        cut = train(from_sources(overrides={**tiny, "run.name": "cut"}))
     assert cut.interrupted and cut.step == 5
-    monkeypatch.setattr(MetricsLog, "log", real_log)
 
     run_dir = Path(tiny["run.dir"]) / "cut"
     resumed = train(from_sources(resume=run_dir), resume=run_dir)

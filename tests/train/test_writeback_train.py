@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
 from pathlib import Path
 
 import pytest
@@ -17,7 +15,6 @@ from snip.models import build_model
 from snip.optim import DEFAULT_TILE_SIZE, Policy, eligible_parameters, full_mask
 from snip.train import checkpoint, from_sources, train
 from snip.train import config as C
-from snip.train.metrics import MetricsLog
 
 WB = {"writeback.policy": "stochastic", "writeback.format": "e4m3", "precision.mode": "fixed"}
 
@@ -83,22 +80,14 @@ def test_stochastic_e4m3_run_end_to_end(tiny: dict) -> None:
     assert not torch.equal(cast(emb, "e4m3"), emb)
 
 
-def test_resume_with_writeback_is_bit_exact(tiny: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_resume_with_writeback_is_bit_exact(tiny: dict, ctrl_c_after) -> None:
     base = {**tiny, **WB, "writeback.state_format": "bf16"}
     full = train(from_sources(overrides={**base, "run.name": "full"}))
     assert full.step == 12
 
-    real_log = MetricsLog.log
-
-    def log_then_interrupt(self: MetricsLog, event: str, step: int, **values: object) -> None:
-        real_log(self, event, step, **values)
-        if event == "train" and step == 5:
-            os.kill(os.getpid(), signal.SIGINT)  # what Ctrl-C does
-
-    monkeypatch.setattr(MetricsLog, "log", log_then_interrupt)
-    cut = train(from_sources(overrides={**base, "run.name": "cut"}))
+    with ctrl_c_after(5):
+        cut = train(from_sources(overrides={**base, "run.name": "cut"}))
     assert cut.interrupted and cut.step == 5
-    monkeypatch.setattr(MetricsLog, "log", real_log)
 
     run_dir = Path(tiny["run.dir"]) / "cut"
     with pytest.raises(ValueError, match="trained with --writeback.policy 'stochastic'"):
