@@ -213,11 +213,15 @@ class WritebackSection:
                 raise ValueError("writeback.mask only applies to writeback.policy "
                                  "'selective_master', not 'none'")
         # The rules live in snip.optim.WritebackConfig, whose errors name the writeback.* key.
-        # Policy 'none' wraps nothing; its (unused) format and tile_size are still checked.
+        self.to_config()
+
+    def to_config(self, **extra: Any) -> WritebackConfig:
+        """The library config of this section ("" means unset). Policy 'none' wraps nothing, so
+        it maps to 'rne' here only to check its (unused) format and tile_size."""
         on = self.policy != "none"
-        WritebackConfig(policy=self.policy if on else Policy.RNE.value, format=self.format,
-                        mask=(self.mask or None) if on else None, tile_size=self.tile_size,
-                        state_format=(self.state_format or None) if on else None)
+        return WritebackConfig(policy=self.policy if on else Policy.RNE.value, format=self.format,
+                               mask=(self.mask or None) if on else None, tile_size=self.tile_size,
+                               state_format=(self.state_format or None) if on else None, **extra)
 
 
 @dataclass(frozen=True, kw_only=True)

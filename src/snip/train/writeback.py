@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from snip.optim import WritebackConfig, WritebackOptimizer
+from snip.optim import WritebackOptimizer
 from snip.train import config as C
 
 
@@ -77,9 +77,7 @@ def attach(section: C.WritebackSection, model: nn.Module, optimizer: torch.optim
     keeps the ranks' weights identical."""
     if section.policy == "none":
         return None
-    cfg = WritebackConfig(policy=section.policy, format=section.format,
-                          mask=section.mask or None, tile_size=section.tile_size,
-                          state_format=section.state_format or None, seed=seed, record_every=0)
+    cfg = section.to_config(seed=seed, record_every=0)
     return Writeback(wb=cfg.build(model, optimizer), policy=section.policy)
 
 
