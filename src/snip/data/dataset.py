@@ -18,8 +18,9 @@ so (1) restarting at step N from a checkpoint reproduces exactly the batches an 
 run would have seen, with nothing to save but N, and (2) the union of the ranks' batches at a
 step, in rank order, is the batch one process would draw with batch_size * world_size: a data-
 parallel run sees the same data as a single-device run with the same global batch.
-Evaluation walks the split in fixed order instead (`iter_eval_batches`), so validation losses
-are comparable across steps and runs.
+Evaluation reads fixed windows instead, so validation losses are comparable across steps and
+runs: `strided_batches` spreads them evenly over the whole split (what the trainer uses), and
+`iter_eval_batches` walks the split from its start.
 """
 
 from __future__ import annotations
@@ -133,6 +134,32 @@ class TokenDataset:
         if max_batches is not None:
             n_batches = min(n_batches, max_batches)
         for i in range(rank, n_batches, world_size):
+            yield _gather(tokens, starts[i * batch_size : (i + 1) * batch_size], seq_len, device)
+
+
+    def strided_batches(
+        self,
+        split: str,
+        batch_size: int,
+        seq_len: int,
+        n_batches: int,
+        device: torch.device | str | None = None,
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """``n_batches`` batches of windows spread evenly over the *whole* split: window ``i`` of
+        ``n = n_batches * batch_size`` starts at ``round(i * (len - seq_len - 1) / (n - 1))``.
+
+        The first ``n`` consecutive windows would measure one corner of the corpus (one file of
+        the default corpus, say); evenly strided windows sample all of it, so two evaluations of
+        the same model agree closely and small differences between models can resolve. The
+        windows depend on nothing but the split and the sizes: every run, arm and evaluation of
+        the same data sees the same ones."""
+        tokens = self._windows(split, seq_len)
+        if n_batches <= 0 or batch_size <= 0:
+            raise ValueError(f"n_batches={n_batches} and batch_size={batch_size} must be > 0")
+        n = n_batches * batch_size
+        last = len(tokens) - seq_len - 1
+        starts = np.rint(np.linspace(0, last, n)).astype(np.int64) if n > 1 else np.zeros(1, int)
+        for i in range(n_batches):
             yield _gather(tokens, starts[i * batch_size : (i + 1) * batch_size], seq_len, device)
 
 

@@ -6,7 +6,8 @@ tokens, text/dir/.bin sources) as a `Batches` with
 * ``train_batch(step, batch_size, seq_len)``: the *global* batch of optimizer step ``step``.
   Every rank draws the same one and keeps its own contiguous rows (``loop.local_rows``), which
   is exactly snip.data's sharding rule, so N ranks see the rows one rank would;
-* ``eval_batches(batch_size, seq_len, n)``: the same ``n`` held-out batches at every evaluation;
+* ``eval_batches(batch_size, seq_len, n)``: the same ``n`` held-out batches at every evaluation,
+  spread evenly over the whole validation split;
 * ``vocab_size`` and ``tokenizer`` (an identifier that ``--resume`` checks).
 """
 
@@ -35,7 +36,7 @@ class Batches:
         return self.dataset.get_batch("train", batch_size, seq_len, step)
 
     def eval_batches(self, batch_size: int, seq_len: int, n: int) -> Iterator[Batch]:
-        yield from self.dataset.iter_eval_batches("val", batch_size, seq_len, max_batches=n)
+        yield from self.dataset.strided_batches("val", batch_size, seq_len, n)
 
 
 def open_data(cfg: DataSection, seed: int) -> Batches:

@@ -63,6 +63,7 @@ class Checkpoint:
     rng: dict[str, Any]
     controller: dict[str, Any] | None
     writeback: dict[str, Any] | None = None
+    config_toml: str = ""  # the run's config.toml (with its history) when it was saved
 
     def load_weights(self, model: nn.Module) -> None:
         missing, unexpected = load_model(model, self.path / "model.safetensors", strict=False)
@@ -224,16 +225,17 @@ def _previous_hint(path: Path) -> str:
     return "; no older good checkpoint exists"
 
 
-def find(path: Path) -> Path:
-    """A checkpoint directory from a run directory (its newest checkpoint) or a checkpoint."""
+def find(path: Path, flag: str = "--resume") -> Path:
+    """A checkpoint directory from a run directory (its newest checkpoint) or a checkpoint;
+    errors name ``flag``, the option that gave the path."""
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"--resume: {path} does not exist")
+        raise FileNotFoundError(f"{flag}: {path} does not exist")
     if (path / "meta.json").is_file() or path.name.startswith(PREFIX):
         return path
     found = list_checkpoints(path / "checkpoints")
     if not found:
-        raise FileNotFoundError(f"--resume: {path} has no checkpoints (expected "
+        raise FileNotFoundError(f"{flag}: {path} has no checkpoints (expected "
                                 f"{path / 'checkpoints'}/{PREFIX}<N>)")
     return found[-1]
 
@@ -253,7 +255,7 @@ def load(path: Path) -> Checkpoint:
             plan=json.loads((path / "plan.json").read_text()),
             optimizer=torch.load(path / "optimizer.pt", weights_only=True),
             rng=torch.load(path / "rng.pt", weights_only=False), controller=controller,
-            writeback=writeback)
+            writeback=writeback, config_toml=(path / "config.toml").read_text())
     except (OSError, RuntimeError, ValueError, SafetensorError) as e:
         raise CheckpointError(f"checkpoint {path} cannot be read ({e})"
                               f"{_previous_hint(path)}") from None

@@ -33,9 +33,17 @@ from pathlib import Path
 from typing import Any
 
 from snip.optim import Policy, WritebackConfig
+from snip.train.schedule import Shape
 
 # The fixed plan used when no planner is installed (and the starting plan of adaptive runs).
 DEFAULT_PRESET = "fp8_e4m3_tile128"
+HISTORY = "history"  # the config.toml array of settings changed by --resume
+# What --resume may change: none of these alters the numbers of the steps already defined
+# (train.steps re-anchors the learning-rate schedule so that it stays continuous). Anything
+# else makes a different run: branch it with --init-from.
+RESUMABLE = ("train.steps", "train.eval_every", "train.eval_batches", "train.ckpt_every",
+             "train.keep_checkpoints", "train.threads", "train.device", "train.skip_nonfinite",
+             "log.every", "log.progress", "log.tensorboard")
 
 
 def opt(default: Any, help: str, **kw: Any) -> Any:
@@ -80,10 +88,15 @@ class DataSection:
                         "embedded corpus (Python standard-library sources)")
     tokenizer: str = opt("byte", "'byte' (256 symbols) or a tokenizer.json file (BPE)")
     val_fraction: float = opt(0.05, "share of the corpus held out for validation")
+    order_seed: int = opt(-1, "seed of the training batch order (-1: the run's seed); a branch "
+                              "(--init-from) with another order_seed sees other batches")
 
     def __post_init__(self) -> None:
         if not 0 < self.val_fraction < 1:
             raise ValueError(f"data.val_fraction must be in (0, 1), got {self.val_fraction!r}")
+        if isinstance(self.order_seed, bool) or self.order_seed < -1:
+            raise ValueError(f"data.order_seed must be >= 0 (or -1: the run's seed), got "
+                             f"{self.order_seed!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,7 +106,9 @@ class TrainSection:
     seq_len: int = opt(128, "tokens per sequence")
     grad_accum: int = opt(1, "micro-steps per optimizer step (gradient accumulation)")
     lr: float = opt(3e-3, "peak learning rate")
-    min_lr_ratio: float = opt(0.1, "final learning rate as a fraction of lr (cosine floor)")
+    schedule: str = opt("cosine", "learning-rate decay after the warm-up: cosine, linear, "
+                                  "constant or wsd (stable, then linear decay over the last 20%)")
+    min_lr_ratio: float = opt(0.1, "final learning rate as a fraction of lr (decay floor)")
     warmup_steps: int = opt(20, "linear warm-up steps")
     weight_decay: float = opt(0.1, "AdamW decoupled decay on matrices (not norms, embeddings, "
                                    "biases)")
@@ -102,7 +117,8 @@ class TrainSection:
     grad_clip: float = opt(1.0, "clip the global gradient norm to this (0: off)")
     bf16: bool = opt(False, "bf16 autocast for the forward pass")
     eval_every: int = opt(50, "validate every N steps (and at the end)")
-    eval_batches: int = opt(8, "validation batches per evaluation")
+    eval_batches: int = opt(8, "validation batches per evaluation, spread evenly over the whole "
+                               "validation split")
     ckpt_every: int = opt(100, "checkpoint every N steps (and at the end)")
     keep_checkpoints: int = opt(2, "keep the last K checkpoints")
     skip_nonfinite: bool = opt(False, "skip (and count) a step with a non-finite loss or "
@@ -117,6 +133,7 @@ class TrainSection:
             _positive(f"train.{name}", getattr(self, name))
         for name in ("warmup_steps", "weight_decay", "grad_clip", "threads", "min_lr_ratio"):
             _non_negative(f"train.{name}", getattr(self, name))
+        _choice("train.schedule", self.schedule, tuple(s.value for s in Shape))
         if self.min_lr_ratio > 1:
             raise ValueError(f"train.min_lr_ratio must be <= 1, got {self.min_lr_ratio}")
         for name in ("beta1", "beta2"):
@@ -136,6 +153,16 @@ class PrecisionSection:
     plan: str = opt("", "precision plan JSON file (per layer, per GEMM)")
     budget: float = opt(0.75, "adaptive: target FP4-FLOP fraction for the planner")
     every: int = opt(100, "adaptive: re-plan every N steps")
+    warmup: int = opt(-1, "adaptive: steps before the first plan, counted from the start of the "
+                          "run or branch (-1: precision.every for a fresh run, 0 for a branch "
+                          "made with --init-from)")
+    method: str = opt("ilp", "adaptive: how the plan is chosen: ilp (SNIP) or a baseline at the "
+                             "same budget (uniform, layer_id, layer_type, min_rel_err, random)")
+    per_gemm: bool = opt(False, "adaptive: choose the format of each GEMM (fprop, dgrad, wgrad) "
+                                "separately instead of one per layer")
+    candidates: str = opt("", "adaptive: comma-separated candidate presets, high precision "
+                              "first (empty: fp8_e4m3_tile128,fp4_e2m1_tile128)")
+    calib_batches: int = opt(2, "adaptive: calibration micro-batches per statistics cycle")
 
     def __post_init__(self) -> None:
         _choice("precision.mode", self.mode, ("fixed", "adaptive"))
@@ -151,6 +178,30 @@ class PrecisionSection:
         if not 0 <= self.budget <= 1:
             raise ValueError(f"precision.budget must be in [0, 1], got {self.budget}")
         _positive("precision.every", self.every)
+        _positive("precision.calib_batches", self.calib_batches)
+        if isinstance(self.warmup, bool) or self.warmup < -1:
+            raise ValueError(f"precision.warmup must be >= 0 (or -1: automatic), got "
+                             f"{self.warmup!r}")
+        if self.method != "ilp":  # the default needs no import of the planner (scipy)
+            from snip.planner.baselines import Method
+
+            try:
+                Method.parse(self.method)
+            except ValueError as e:
+                raise ValueError(f"precision.method: {e}") from None
+        if self.candidates:
+            from snip.formats import get_spec
+
+            for name in self.candidate_list:
+                try:
+                    get_spec(name)
+                except (KeyError, ValueError) as e:
+                    raise ValueError(f"precision.candidates: {e}") from None
+
+    @property
+    def candidate_list(self) -> tuple[str, ...]:
+        """The candidates as a tuple (empty: the planner's default)."""
+        return tuple(c.strip() for c in self.candidates.split(",") if c.strip())
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -347,16 +398,42 @@ def build(values: Mapping[str, Any], base: Config | None = None) -> Config:
     return dataclasses.replace(base, **top)
 
 
-def read_toml(path: str | Path) -> dict[str, Any]:
-    """A TOML config file as dotted keys (unknown keys are caught later by `build`)."""
-    path = Path(path)
+def _parse(text: str, where: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(f"config file {where!r} is not valid TOML: {e}") from None
+
+
+def _read(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise FileNotFoundError(f"config file {str(path)!r} not found")
-    try:
-        with path.open("rb") as f:
-            return flatten(tomllib.load(f))
-    except tomllib.TOMLDecodeError as e:
-        raise ValueError(f"config file {str(path)!r} is not valid TOML: {e}") from None
+    return _parse(path.read_text(), str(path))
+
+
+def read_toml_text(text: str) -> dict[str, Any]:
+    """`read_toml` of a config held in a string (a checkpoint's config.toml)."""
+    tree = _parse(text, "<checkpoint config.toml>")
+    tree.pop(HISTORY, None)
+    return flatten(tree)
+
+
+def read_history_text(text: str) -> list[dict[str, Any]]:
+    """`read_history` of a config held in a string."""
+    return list(_parse(text, "<checkpoint config.toml>").get(HISTORY, []))
+
+
+def read_toml(path: str | Path) -> dict[str, Any]:
+    """A TOML config file as dotted keys (unknown keys are caught later by `build`); the
+    ``[[history]]`` of a run's config.toml is read by `read_history`."""
+    tree = _read(Path(path))
+    tree.pop(HISTORY, None)
+    return flatten(tree)
+
+
+def read_history(path: str | Path) -> list[dict[str, Any]]:
+    """The ``[[history]]`` entries of a run's config.toml: ``{"step": N, key: [old, new]}``."""
+    return list(_read(Path(path)).get(HISTORY, []))
 
 
 def resolve(config: Config, explicit: set[str] = frozenset()) -> Config:
@@ -387,8 +464,9 @@ def _toml_value(v: Any) -> str:
     return f'"{s}"'
 
 
-def to_toml(config: Config) -> str:
-    """The config as TOML, one table per section, each key with its help as a comment."""
+def to_toml(config: Config, history: list[dict[str, Any]] | None = None) -> str:
+    """The config as TOML, one table per section, each key with its help as a comment; then
+    the ``[[history]]`` of settings changed by ``--resume`` (see `resume_changes`)."""
     lines = ["# snip run configuration (fully resolved)."]
     fields = dataclasses.fields(Config)
     for f in fields:  # top-level keys must precede the first [table]
@@ -402,6 +480,13 @@ def to_toml(config: Config) -> str:
         for sf in dataclasses.fields(section):
             lines.append(f"{sf.name} = {_toml_value(getattr(section, sf.name))}"
                          f"  # {sf.metadata.get('help', '')}")
+    if history:
+        lines += ["", "# Settings changed by --resume: from `step` on, key = [old, new]; the "
+                  "tables above hold the values in force now."]
+    for entry in history or []:
+        lines += ["", f"[[{HISTORY}]]", f"step = {int(entry['step'])}"]
+        for key, (old, new) in ((k, v) for k, v in entry.items() if k != "step"):
+            lines.append(f'"{key}" = [{_toml_value(old)}, {_toml_value(new)}]')
     return "\n".join(lines) + "\n"
 
 
@@ -409,8 +494,9 @@ def to_dict(config: Config) -> dict[str, Any]:
     return dataclasses.asdict(config)
 
 
-def write_toml(config: Config, path: str | Path) -> None:
-    Path(path).write_text(to_toml(config))
+def write_toml(config: Config, path: str | Path,
+               history: list[dict[str, Any]] | None = None) -> None:
+    Path(path).write_text(to_toml(config, history))
 
 
 def load(path: str | Path) -> Config:
@@ -424,21 +510,70 @@ def run_dir_of(resume: str | Path) -> Path:
     return path.parent.parent if path.parent.name == "checkpoints" else path
 
 
+def changes(old: Config, new: Config) -> dict[str, tuple[Any, Any]]:
+    """``{key: (old, new)}`` for every dotted key whose value differs."""
+    a, b = flatten(to_dict(old)), flatten(to_dict(new))
+    return {k: (a[k], b[k]) for k in b if a.get(k) != b[k]}
+
+
+def resume_changes(saved: Config, new: Config, checkpoint: Path) -> dict[str, tuple[Any, Any]]:
+    """The changes ``--resume`` makes to a run, or an error when one would make another run."""
+    diff = changes(saved, new)
+    for key, (old, value) in diff.items():
+        if key not in RESUMABLE:
+            flag = f"--{key} {_toml_value(value)}"
+            raise ValueError(f"--resume cannot change {key} ({_toml_value(old)} -> "
+                             f"{_toml_value(value)}): the run would no longer match its own "
+                             f"history; branch a new run instead: snip train --init-from "
+                             f"{checkpoint} --run.name NEW {flag}")
+    return diff
+
+
+def _precision_source(values: dict[str, Any], explicit: set[str]) -> None:
+    # A preset or plan given now replaces the other one inherited from a saved config.
+    if "precision.plan" in explicit and "precision.preset" not in explicit:
+        values["precision.preset"] = ""
+    if "precision.preset" in explicit and "precision.plan" not in explicit:
+        values["precision.plan"] = ""
+
+
+def _saved_config(checkpoint_dir: Path) -> dict[str, Any]:
+    saved = checkpoint_dir / "config.toml"
+    if not saved.is_file():
+        raise FileNotFoundError(f"{checkpoint_dir} is not a snip checkpoint (no config.toml)")
+    return read_toml(saved)
+
+
 def from_sources(config_file: str | Path | None = None,
                  overrides: Mapping[str, Any] | None = None,
-                 resume: str | Path | None = None) -> Config:
+                 resume: str | Path | None = None,
+                 init_from: str | Path | None = None) -> Config:
     """The resolved Config of a command line: defaults < TOML file < flags.
 
-    When resuming, the run's saved config.toml replaces the defaults and the run keeps its own
-    directory; the model and tokenizer are checked against the checkpoint when it is loaded."""
+    ``resume``: the checkpoint's saved config replaces the defaults and the run keeps its own
+    directory (the trainer refuses changes outside `RESUMABLE`). ``init_from``: a branch; the
+    parent checkpoint's config replaces the defaults, and the new run gets its own name (given,
+    or generated) in the parent's run.dir unless set. The model and tokenizer are checked
+    against the checkpoint when it is loaded."""
+    from snip.train.checkpoint import find
+
+    if resume is not None and init_from is not None:
+        raise ValueError("give either --resume (continue a run) or --init-from (branch a new "
+                         "run from a checkpoint), not both")
     values = read_toml(config_file) if config_file else {}
     values.update(overrides or {})
-    if resume is None:
-        return resolve(build(values), explicit=set(values))
-    run_dir = run_dir_of(resume)
-    saved = run_dir / "config.toml"
-    if not saved.is_file():
-        raise FileNotFoundError(f"--resume: {run_dir} is not a run directory (no config.toml)")
-    values = {**read_toml(saved), **values,
-              "run.dir": str(run_dir.parent), "run.name": run_dir.name}
-    return resolve(build(values), explicit=set(values))
+    explicit = set(values)
+    if resume is None and init_from is None:
+        return resolve(build(values), explicit=explicit)
+    flag = "--resume" if resume is not None else "--init-from"
+    source = find(Path(resume if resume is not None else init_from), flag)
+    base = _saved_config(source)
+    if resume is not None:
+        run_dir = run_dir_of(source)
+        values = {**base, **values, "run.dir": str(run_dir.parent), "run.name": run_dir.name}
+    else:
+        values = {**base, "run.name": "", **values}
+    _precision_source(values, explicit)
+    # The saved mode stands unless a new preset or plan is named (which means "exactly this").
+    keep_mode = resume is not None or not {"precision.preset", "precision.plan"} & explicit
+    return resolve(build(values), explicit=explicit | ({"precision.mode"} if keep_mode else set()))

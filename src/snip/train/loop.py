@@ -1,25 +1,36 @@
-"""The training loop, readable top to bottom (in the spirit of nanoGPT's train.py).
+"""The one training core: a `Trainer` whose `step()` every command and experiment calls.
 
-    train(config)                    a fresh run in runs/NAME
-    train(config, resume=RUN_DIR)    continue the newest checkpoint of RUN_DIR (or a given
-                                     checkpoint directory) exactly where it stopped
+    Trainer(cfg)                         a fresh run in runs/NAME
+    Trainer(cfg, resume=RUN_OR_CKPT)     continue that run exactly where it stopped
+    Trainer(cfg, init_from=CKPT)         a new run (its own directory and settings) that starts
+                                         from a checkpoint's weights, optimizer state and step
+    train(cfg, ...)                      Trainer(...).run(), closed afterwards
 
-One optimizer step:
+`snip train`, `snip compare`, `snip audit` and the scripts in ``benchmarks/`` all train through
+this class; what they need beyond training they attach as `Hook`s (record a reference trace
+around the optimizer update, collect write-back records, watch evaluations or plan changes).
 
-1. the learning rate for this step (linear warm-up, then cosine down to ``min_lr_ratio * lr``);
-2. the step's global batch (a pure function of the step) and this rank's rows of it, split into
-   ``grad_accum`` micro-batches; forward (optionally under bf16 autocast) and backward each,
-   scaling the loss by 1/grad_accum so the gradients add up to the mean;
+One optimizer step (`Trainer.step`), readable top to bottom:
+
+1. the learning rate of this step (`snip.train.schedule`: warm-up, then cosine/linear/constant/
+   wsd decay, continuous across resumes and branches that change the length);
+2. the step's global batch (a pure function of the step and the data order seed) and this
+   rank's rows of it, split into ``grad_accum`` micro-batches; forward (optionally under bf16
+   autocast) and backward each, scaling the loss by 1/grad_accum so the gradients add up to the
+   mean;
 3. average the gradients over ranks, clip their global norm, and stop -- or skip the step with
    ``train.skip_nonfinite`` -- if the loss or the gradient is not finite;
 4. AdamW step (decoupled weight decay on matrices only), through the weight write-back wrapper
-   when ``writeback.policy`` is set (see `snip.train.writeback`);
-5. then, with the step counted: log, validate, let an adaptive precision controller re-plan,
-   checkpoint; Ctrl-C is noticed here and saves before exiting.
+   when ``writeback.policy`` is set (see `snip.train.writeback`).
+
+`Trainer.run` adds the bookkeeping at each step boundary: log, validate (with the plan and in
+high precision, `snip.train.evaluation`), let an adaptive precision controller re-plan (never
+after the last step), checkpoint; Ctrl-C is noticed there and saves before exiting.
 
 Numerics are seeded end to end: the model init, the data (per step) and every RNG stream that
 quantization may draw from are restored from checkpoints, so a resumed run reproduces the loss
-sequence of an uninterrupted one bit for bit (same device, same thread count).
+sequence of an uninterrupted one bit for bit (same device, same thread count), and so does a
+branch made with the parent's own settings.
 """
 
 from __future__ import annotations
@@ -29,6 +40,7 @@ import math
 import os
 import signal
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,8 +55,10 @@ from snip.train import checkpoint, distributed
 from snip.train import config as C
 from snip.train import writeback as wb
 from snip.train.batches import Batch, Batches, open_data
+from snip.train.evaluation import EvalResult, autocast, evaluate
 from snip.train.metrics import MetricsLog, progress_bar, truncate_after
-from snip.train.precision import explicit, initial_plan, make_controller
+from snip.train.precision import PrecisionController, explicit, initial_plan, make_controller
+from snip.train.schedule import Schedule, Shape
 
 CALIBRATION_KEY = 10**12  # data "step" of the controller's calibration batches
 
@@ -53,29 +67,64 @@ class NonFiniteError(RuntimeError):
     """The loss or gradient became NaN/inf; the last good state has been checkpointed."""
 
 
+@dataclass(frozen=True)
+class StepResult:
+    """What one optimizer step did. ``step`` counts steps completed (1 after the first)."""
+
+    step: int
+    loss: float
+    lr: float
+    grad_norm: float
+    skipped: bool
+    seconds: float
+
+
 @dataclass
 class RunResult:
     run_dir: Path
     step: int
     train_loss: float = math.nan
     val_loss: float = math.nan
+    val_loss_hp: float = math.nan
     interrupted: bool = False
     skipped_steps: int = 0
     seconds: float = 0.0
     losses: dict[int, float] = field(default_factory=dict)
+    evals: list[EvalResult] = field(default_factory=list)
+
+
+class Hook:
+    """Callbacks into the trainer; subclass and override what you need (all default to no-op).
+
+    ``before_update``/``after_update`` bracket the optimizer update of a finite step (the
+    gradients are averaged and clipped), so a hook can see the weights before and after."""
+
+    def on_start(self, trainer: Trainer) -> None: ...
+
+    def before_update(self, trainer: Trainer) -> None: ...
+
+    def after_update(self, trainer: Trainer) -> None: ...
+
+    def after_step(self, trainer: Trainer, result: StepResult) -> None: ...
+
+    def on_eval(self, trainer: Trainer, result: EvalResult) -> None: ...
+
+    def on_plan_change(self, trainer: Trainer, step: int, plan: PrecisionPlan) -> None: ...
 
 
 # ---------------------------------------------------------------------------------------------
-# Small pieces the loop is made of.
+# Small pieces.
+
+
+def schedule_of(t: C.TrainSection) -> Schedule:
+    """The learning-rate schedule of a run that starts at step 0."""
+    return Schedule(lr=t.lr, steps=t.steps, warmup_steps=t.warmup_steps,
+                    min_lr_ratio=t.min_lr_ratio, shape=Shape(t.schedule))
 
 
 def lr_at(step: int, t: C.TrainSection) -> float:
-    """Linear warm-up to ``lr`` over ``warmup_steps``, then cosine decay to the floor."""
-    if step < t.warmup_steps:
-        return t.lr * (step + 1) / (t.warmup_steps + 1)
-    ratio = (step - t.warmup_steps) / max(1, t.steps - t.warmup_steps)
-    coeff = 0.5 * (1.0 + math.cos(math.pi * min(1.0, ratio)))
-    return t.lr * (t.min_lr_ratio + (1.0 - t.min_lr_ratio) * coeff)
+    """The learning rate at ``step`` of a run that starts at step 0 (`schedule_of`)."""
+    return schedule_of(t)(step)
 
 
 def make_optimizer(model: nn.Module, t: C.TrainSection) -> torch.optim.AdamW:
@@ -99,13 +148,6 @@ def pick_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def set_threads(n: int) -> None:
-    """Use ``n`` CPU threads in torch, and so in the numba quantization kernels (which follow
-    ``torch.get_num_threads()``): on a shared machine, oversubscribed kernel threads make small
-    quantized models many times slower."""
-    torch.set_num_threads(n)
-
-
 def sync_quant_counters(model: nn.Module, count: int) -> None:
     """Set every QLinear's forward counter (which seeds its stochastic rounding) from the step,
     so that the noise is a pure function of the step: exact resume, and evaluation forwards
@@ -121,26 +163,16 @@ def local_rows(batch: Batch, dist: distributed.DistInfo) -> Batch:
     return x[dist.rank * n:(dist.rank + 1) * n], y[dist.rank * n:(dist.rank + 1) * n]
 
 
-def autocast(device: torch.device, enabled: bool) -> contextlib.AbstractContextManager:
-    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=enabled)
+def seed_step(seed: int, rank: int, step: int) -> None:
+    """Reseed the global RNGs at the start of every step: whatever quantization or a controller
+    draws is then a pure function of (seed, rank, step), so resuming needs no RNG history and
+    every rank still gets its own stream."""
+    torch.manual_seed((seed * 1_000_003 + step) * 1024 + rank)
 
 
-@torch.no_grad()
-def evaluate(model: nn.Module, data: Batches, cfg: C.Config, device: torch.device) -> float:
-    """Mean validation loss over the fixed held-out batches. Every rank evaluates the same
-    batches (no communication needed), under a forked RNG so that evaluating never shifts the
-    training random streams."""
-    t = cfg.train
-    devices = [device.index or 0] if device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices):
-        model.eval()
-        losses = []
-        for x, y in data.eval_batches(t.batch_size // t.grad_accum, t.seq_len, t.eval_batches):
-            with autocast(device, t.bf16):
-                _, loss = model(x.to(device), y.to(device))
-            losses.append(loss.float())
-        model.train()
-    return torch.stack(losses).mean().item()
+def order_seed(cfg: C.Config) -> int:
+    """The seed of the training batch order (``data.order_seed``, or the run's seed)."""
+    return cfg.seed if cfg.data.order_seed < 0 else cfg.data.order_seed
 
 
 class StopFlag:
@@ -166,101 +198,299 @@ class StopFlag:
             signal.signal(signal.SIGINT, self._previous)
 
 
-# ---------------------------------------------------------------------------------------------
-# Setting up a run: fresh or resumed.
-
-
-@dataclass
-class Run:
-    """Everything the loop mutates, in one place."""
-
-    cfg: C.Config
-    dir: Path
-    dist: distributed.DistInfo
-    device: torch.device
-    data: Batches
-    model: nn.Module
-    optimizer: torch.optim.AdamW
-    plan: PrecisionPlan
-    controller: Any
-    log: MetricsLog
-    writeback: wb.Writeback | None = None  # the optimizer's write-back wrapper, if any
-    step: int = 0
-    skipped: int = 0
-
-    def save(self, step: int) -> Path | None:
-        """Checkpoint the current state as ``step`` steps completed (rank 0 writes)."""
-        if not self.dist.is_main:
-            return None
-        meta = {"skipped": self.skipped, "world_size": self.dist.world_size,
-                "model": dict(self.model.config.to_dict()), "tokenizer": self.data.tokenizer,
-                "vocab_size": self.data.vocab_size}
-        state = self.controller.state_dict() if self.controller is not None else None
-        writeback = self.writeback.state_dict() if self.writeback is not None else None
-        path = checkpoint.save(
-            self.dir / "checkpoints", step, model=self.model, optimizer=self.optimizer,
-            plan=self.plan.to_dict(), config_toml=C.to_toml(self.cfg), meta=meta,
-            controller=state, writeback=writeback, keep=self.cfg.train.keep_checkpoints)
-        self.log.log("checkpoint", step, path=str(path.relative_to(self.dir)))
-        return path
-
-    def record_plan(self, step: int, previous: PrecisionPlan | None) -> float:
-        """Save the plan in force from ``step`` on; returns its FP4-FLOP fraction."""
-        full = explicit(self.plan, self.model, step)
-        frac = float(full.meta["fp4_flop_fraction"])
-        if self.dist.is_main:
-            path = self.dir / "plans" / f"step_{step}.json"
-            full.to_json(path)
-            changes = len(previous.diff(self.plan, self.model)) if previous is not None else 0
-            self.log.log("plan", step, path=str(path.relative_to(self.dir)),
-                         fp4_flop_fraction=frac, changes=changes)
-        return frac
-
-
 def run_dir_for(cfg: C.Config) -> Path:
     return Path(cfg.run.dir) / cfg.run.name
 
 
-def setup(cfg: C.Config, resume: Path | None = None) -> Run:
-    """Build data, model, plan, optimizer and controller; restore them from a checkpoint."""
-    t = cfg.train
-    device = pick_device(t.device)
-    dist = distributed.setup(device.type)
-    if device.type == "cuda" and dist.enabled:
-        device = torch.device("cuda", dist.local_rank)
-    set_threads(t.threads or max(1, (os.cpu_count() or 2) // 2))
-    _check_batch_split(t, dist)
-    data = open_data(cfg.data, cfg.seed)  # before creating anything: bad data loses nothing
-    ckpt = checkpoint.load(checkpoint.find(resume)) if resume is not None else None
-    model_cfg = get_config(cfg.model.name, vocab_size=data.vocab_size,
-                           max_seq_len=max(t.seq_len, get_config(cfg.model.name).max_seq_len))
-    if ckpt is not None:
-        _check_compatible(ckpt, model_cfg.to_dict(), data.tokenizer)
+# ---------------------------------------------------------------------------------------------
+# The trainer.
 
-    torch.manual_seed(cfg.seed)  # identical init on every rank
-    model = build_model(model_cfg).to(device)
-    distributed.broadcast_parameters(model, dist)
-    plan = PrecisionPlan.from_dict(ckpt.plan) if ckpt is not None else initial_plan(cfg.precision)
-    model = convert(model, plan)
-    optimizer = make_optimizer(model, t)
-    writeback = wb.attach(cfg.writeback, model, optimizer, cfg.seed)
-    if ckpt is not None:  # optimizer (+ write-back) state first: a mismatch must fail before
-        # the run directory (config.toml, metrics.jsonl) is touched
-        wb.restore(writeback, optimizer, ckpt.optimizer, ckpt.writeback, ckpt.path)
-    run_dir = run_dir_for(cfg)
-    controller = make_controller(cfg.precision, run_dir / "sensitivity", dist.is_main,
-                                 cfg.seed)
 
-    if dist.is_main:
-        _prepare_run_dir(run_dir, cfg, ckpt)
-    log = MetricsLog(run_dir / "metrics.jsonl" if dist.is_main else None,
-                     run_dir / "tensorboard" if cfg.log.tensorboard and dist.is_main else None)
-    run = Run(cfg=cfg, dir=run_dir, dist=dist, device=device, data=data, model=model,
-              optimizer=optimizer, plan=plan, controller=controller, log=log,
-              writeback=writeback)
-    if ckpt is not None:
-        _restore(run, ckpt)
-    return run
+class Trainer:
+    """Model, optimizer, schedule, data position, precision plan, controller, write-back and
+    metrics of one run, with `step()` (one optimizer step) and `run()` (the loop)."""
+
+    def __init__(self, cfg: C.Config, *, resume: str | Path | None = None,
+                 init_from: str | Path | None = None, hooks: Sequence[Hook] = ()) -> None:
+        if resume is not None and init_from is not None:
+            raise ValueError("give either resume or init_from, not both")
+        t = cfg.train
+        self.cfg, self.hooks = cfg, list(hooks)
+        self.device = pick_device(t.device)
+        self.dist = distributed.setup(self.device.type)
+        if self.device.type == "cuda" and self.dist.enabled:
+            self.device = torch.device("cuda", self.dist.local_rank)
+        torch.set_num_threads(t.threads or max(1, (os.cpu_count() or 2) // 2))
+        _check_batch_split(t, self.dist)
+        self.data = open_data(cfg.data, order_seed(cfg))  # first: bad data loses nothing
+        source = resume if resume is not None else init_from
+        flag = "--resume" if resume is not None else "--init-from"
+        ckpt = checkpoint.load(checkpoint.find(Path(source), flag)) if source is not None else None
+        saved = C.build(C.read_toml_text(ckpt.config_toml)) if ckpt is not None else None
+        self.branched = init_from is not None
+        # A branch with the parent's precision settings continues its plan and controller.
+        inherit = ckpt is not None and (not self.branched or saved.precision == cfg.precision)
+        model_cfg = get_config(cfg.model.name, vocab_size=self.data.vocab_size,
+                               max_seq_len=max(t.seq_len, get_config(cfg.model.name).max_seq_len))
+        if ckpt is not None:
+            _check_compatible(ckpt, model_cfg.to_dict(), self.data.tokenizer, flag)
+        history = _history(cfg, saved, ckpt) if resume is not None else []
+
+        torch.manual_seed(cfg.seed)  # identical init on every rank
+        model = build_model(model_cfg).to(self.device)
+        distributed.broadcast_parameters(model, self.dist)
+        self.plan = PrecisionPlan.from_dict(ckpt.plan) if inherit else initial_plan(cfg.precision)
+        self.model = convert(model, self.plan)
+        self.optimizer = make_optimizer(self.model, t)
+        self.writeback = wb.attach(cfg.writeback, self.model, self.optimizer, cfg.seed)
+        if ckpt is not None:  # optimizer (+ write-back) state first: a mismatch must fail
+            # before the run directory (config.toml, metrics.jsonl) is touched
+            wb.restore(self.writeback, self.optimizer, ckpt.optimizer, ckpt.writeback, ckpt.path,
+                       fresh_wrapper=self.branched and saved.writeback != cfg.writeback)
+        self.dir = run_dir_for(cfg)
+        start = ckpt.step if ckpt is not None else 0
+        self.controller = make_controller(
+            cfg.precision, self.dir / "sensitivity", self.dist.is_main, cfg.seed,
+            start=start if self.branched and not inherit else 0)
+        self.schedule = _schedule(t, ckpt)
+
+        if self.dist.is_main:
+            _prepare_run_dir(self.dir, cfg, ckpt if resume is not None else None, history)
+        log_path = self.dir / "metrics.jsonl" if self.dist.is_main else None
+        tb = self.dir / "tensorboard" if cfg.log.tensorboard and self.dist.is_main else None
+        self.log = MetricsLog(log_path, tb)
+        self.step_count, self.skipped = 0, 0
+        self.eval_data = list(self.data.eval_batches(t.batch_size // t.grad_accum, t.seq_len,
+                                                     t.eval_batches))
+        self._branch_start = self.branched
+        self._replan_at_start = self.branched and not inherit and self.controller is not None
+        if ckpt is not None:
+            self._restore(ckpt, inherit)
+            if self.branched:
+                self.log.log("branch", self.step_count, parent=str(ckpt.path),
+                             inherited_precision=inherit)
+
+    # -- state ---------------------------------------------------------------------------------
+
+    def _restore(self, ckpt: checkpoint.Checkpoint, inherit: bool) -> None:
+        """Weights, controller, RNGs and counters (the optimizer state is loaded before)."""
+        ckpt.load_weights(self.model)
+        self.plan.apply(self.model)
+        if inherit and self.controller is not None and ckpt.controller is not None:
+            self.controller.load_state_dict(ckpt.controller)
+        checkpoint.restore_rng(ckpt.rng)
+        self.step_count, self.skipped = ckpt.step, int(ckpt.meta.get("skipped", 0))
+
+    def save(self) -> Path | None:
+        """Checkpoint the current state (rank 0 writes); returns its directory."""
+        if not self.dist.is_main:
+            return None
+        meta = {"skipped": self.skipped, "world_size": self.dist.world_size,
+                "model": dict(self.model.config.to_dict()), "tokenizer": self.data.tokenizer,
+                "vocab_size": self.data.vocab_size, "schedule": self.schedule.to_dict()}
+        state = self.controller.state_dict() if self.controller is not None else None
+        writeback = self.writeback.state_dict() if self.writeback is not None else None
+        path = checkpoint.save(
+            self.dir / "checkpoints", self.step_count, model=self.model,
+            optimizer=self.optimizer, plan=self.plan.to_dict(),
+            config_toml=(self.dir / "config.toml").read_text(), meta=meta, controller=state,
+            writeback=writeback, keep=self.cfg.train.keep_checkpoints)
+        self.log.log("checkpoint", self.step_count, path=str(path.relative_to(self.dir)))
+        return path
+
+    def close(self) -> None:
+        self.log.close()
+        distributed.teardown(self.dist)
+
+    # -- one step --------------------------------------------------------------------------------
+
+    def step(self) -> StepResult:
+        """One optimizer step (module docstring, 1-4); counts it and returns what it did."""
+        cfg, t, model, optimizer, dist = self.cfg, self.cfg.train, self.model, self.optimizer, \
+            self.dist
+        step, t0 = self.step_count, time.perf_counter()
+        done = step + 1
+        seed_step(cfg.seed, dist.rank, step)
+        # 1. learning rate of this step
+        lr = self.schedule(step)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+
+        # 2. forward/backward over this rank's micro-batches
+        micro = t.batch_size // t.grad_accum // dist.world_size
+        x, y = local_rows(self.data.train_batch(step, t.batch_size, t.seq_len), dist)
+        loss_sum = torch.zeros((), device=self.device)
+        for m in range(t.grad_accum):
+            xm = x[m * micro:(m + 1) * micro].to(self.device, non_blocking=True)
+            ym = y[m * micro:(m + 1) * micro].to(self.device, non_blocking=True)
+            sync_quant_counters(model, step * t.grad_accum + m)
+            with autocast(self.device, t.bf16):
+                _, loss = model(xm, ym)
+            (loss / t.grad_accum).backward()
+            loss_sum += loss.detach().float()
+
+        # 3. average over ranks, clip, and refuse to apply a non-finite update
+        distributed.average_gradients(model, dist)
+        loss_val = distributed.mean_over_ranks(loss_sum / t.grad_accum, dist).item()
+        grad_norm = torch.nn.utils.clip_grad_norm_(
+            model.parameters(), t.grad_clip if t.grad_clip > 0 else math.inf).item()
+        finite = math.isfinite(loss_val) and math.isfinite(grad_norm)
+        if not finite:
+            optimizer.zero_grad(set_to_none=True)
+            self._nonfinite(step, loss_val, grad_norm)
+            self.skipped += 1
+        else:
+            # 4. the update (weights written back low-precision with --writeback.policy)
+            for h in self.hooks:
+                h.before_update(self)
+            if self.writeback is not None:
+                self.writeback.step(record=self._log_due(done))
+            else:
+                optimizer.step()
+            for h in self.hooks:
+                h.after_update(self)
+            optimizer.zero_grad(set_to_none=True)
+        self.step_count = done
+        return StepResult(step=done, loss=loss_val, lr=lr, grad_norm=grad_norm,
+                          skipped=not finite, seconds=time.perf_counter() - t0)
+
+    def _log_due(self, done: int) -> bool:
+        return done % self.cfg.log.every == 0 or done == self.cfg.train.steps
+
+    def _nonfinite(self, step: int, loss: float, grad_norm: float) -> None:
+        """Skip and count the step, or save the last good state and stop."""
+        what = f"loss {loss}, gradient norm {grad_norm}"
+        self.log.log("nonfinite", step + 1, loss=loss, grad_norm=grad_norm,
+                     skipped=self.skipped + 1)
+        if self.cfg.train.skip_nonfinite:
+            return
+        path = self.save()
+        where = f"; the last good state (step {step}) is saved in {path}" if path else ""
+        raise NonFiniteError(
+            f"non-finite {what} at step {step + 1}{where}. Lower train.lr, use a higher-"
+            "precision plan, or pass --train.skip_nonfinite true to skip such steps")
+
+    # -- step boundary ---------------------------------------------------------------------------
+
+    def evaluate(self, bar: Any = None) -> EvalResult:
+        """Validate now (with the plan and in high precision), log it and tell the hooks."""
+        r = evaluate(self.model, self.eval_data, self.device, self.step_count, self.cfg.train.bf16)
+        self.log.log("eval", r.step, val_loss=r.loss, val_loss_hp=r.loss_hp, ppl=r.ppl)
+        if bar is not None and self.dist.is_main:
+            bar.write(f"step {r.step}: val loss {r.loss:.4f} (high precision {r.loss_hp:.4f}), "
+                      f"ppl {r.ppl:.2f}")
+        for h in self.hooks:
+            h.on_eval(self, r)
+        return r
+
+    def record_plan(self, previous: PrecisionPlan | None, bar: Any = None) -> float:
+        """Save the plan in force from now on; returns its FP4-FLOP fraction."""
+        step = self.step_count
+        full = explicit(self.plan, self.model, step)
+        frac = float(full.meta["fp4_flop_fraction"])
+        changes = len(previous.diff(self.plan, self.model)) if previous is not None else 0
+        if self.dist.is_main:
+            path = self.dir / "plans" / f"step_{step}.json"
+            full.to_json(path)
+            self.log.log("plan", step, path=str(path.relative_to(self.dir)),
+                         fp4_flop_fraction=frac, changes=changes)
+            if bar is not None and previous is not None:
+                bar.write(f"step {step}: new precision plan, FP4 share of linear FLOPs "
+                          f"{frac:.3f}, {changes} GEMM formats changed")
+        return frac
+
+    def replan(self, bar: Any = None) -> bool:
+        """Ask the controller for a plan now; apply and record it if there is one."""
+        if self.controller is None:
+            return False
+        t, dist = self.cfg.train, self.dist
+
+        def batch_fn(i: int) -> Batch:
+            # Calibration batches: training-split windows keyed far beyond any training step.
+            micro = t.batch_size // t.grad_accum
+            batch = self.data.train_batch(CALIBRATION_KEY + i, micro, t.seq_len)
+            return tuple(v.to(self.device) for v in local_rows(batch, dist))
+
+        new = self.controller.on_step_end(self.step_count, self.model, self.optimizer, batch_fn)
+        if new is None:
+            return False
+        previous, self.plan = self.plan, new
+        self.plan.apply(self.model)
+        self.record_plan(previous, bar)
+        for h in self.hooks:
+            h.on_plan_change(self, self.step_count, self.plan)
+        return True
+
+    # -- the loop --------------------------------------------------------------------------------
+
+    def run(self) -> RunResult:
+        """Train to ``train.steps`` (or Ctrl-C), with the bookkeeping of every step boundary."""
+        cfg, t = self.cfg, self.cfg.train
+        result = RunResult(run_dir=self.dir, step=self.step_count)
+        bar = progress_bar(t.steps, self.step_count, cfg.log.progress and self.dist.is_main)
+        for h in self.hooks:
+            h.on_start(self)
+        if self.step_count == 0 or self._branch_start:
+            # A branch with new precision settings and a controller plans right away.
+            if not (self._replan_at_start and self.replan(bar)):
+                self.record_plan(None)
+            self._branch_start = self._replan_at_start = False
+            _keep_eval(result, self.evaluate())
+        fp4_frac = fp4_flop_fraction(self.plan, self.model)
+        t_start, window_time, window_steps = time.perf_counter(), 0.0, 0
+
+        with StopFlag() as stop:
+            while self.step_count < t.steps:
+                r = self.step()
+                done = r.step
+                result.losses[done], result.train_loss, result.step = r.loss, r.loss, done
+                result.skipped_steps = self.skipped
+                window_time, window_steps = window_time + r.seconds, window_steps + 1
+                bar.update(1)
+                if self._log_due(done):
+                    tok_s = t.batch_size * t.seq_len * window_steps / window_time
+                    wb_stats = self.writeback.metrics() if self.writeback is not None else {}
+                    self.log.log("train", done, loss=r.loss, lr=r.lr, tokens_per_s=tok_s,
+                                 grad_norm=r.grad_norm, fp4_flop_fraction=fp4_frac,
+                                 time=time.perf_counter() - t_start, skipped=self.skipped,
+                                 **wb_stats)
+                    bar.set_postfix(loss=f"{r.loss:.3f}", tok_s=f"{tok_s:,.0f}")
+                    window_time, window_steps = 0.0, 0
+                for h in self.hooks:
+                    h.after_step(self, r)
+                if done % t.eval_every == 0 or done == t.steps:
+                    _keep_eval(result, self.evaluate(bar))
+                if done < t.steps and self.replan(bar):  # no plan that would never run
+                    fp4_frac = fp4_flop_fraction(self.plan, self.model)
+                if done % t.ckpt_every == 0 or done == t.steps:
+                    self.save()
+                if distributed.any_rank(stop.set, self.dist):
+                    if done % t.ckpt_every and done != t.steps:
+                        self.save()
+                    result.interrupted = True
+                    break
+        bar.close()
+        result.seconds = time.perf_counter() - t_start
+        return result
+
+
+def _keep_eval(result: RunResult, r: EvalResult) -> None:
+    result.evals.append(r)
+    result.val_loss, result.val_loss_hp = r.loss, r.loss_hp
+
+
+def train(cfg: C.Config, resume: str | Path | None = None, init_from: str | Path | None = None,
+          hooks: Sequence[Hook] = ()) -> RunResult:
+    """Train according to ``cfg`` (resolved, see `config.from_sources`); the final numbers."""
+    trainer = Trainer(cfg, resume=resume, init_from=init_from, hooks=hooks)
+    try:
+        return trainer.run()
+    finally:
+        trainer.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Setting up: checks before anything is written, and the run directory.
 
 
 def _check_batch_split(t: C.TrainSection, dist: distributed.DistInfo) -> None:
@@ -269,28 +499,51 @@ def _check_batch_split(t: C.TrainSection, dist: distributed.DistInfo) -> None:
                          f" x world size = {t.grad_accum} x {dist.world_size}")
 
 
-def _check_compatible(ckpt: checkpoint.Checkpoint, model: dict, tokenizer: str) -> None:
+def _check_compatible(ckpt: checkpoint.Checkpoint, model: dict, tokenizer: str,
+                      flag: str) -> None:
     saved = ckpt.meta.get("model", {})
     # max_seq_len only bounds the input length (RoPE has no position weights): not a shape.
     diff = {k: (saved.get(k), v) for k, v in model.items()
             if saved.get(k) != v and k != "max_seq_len"}
+    verb = "resume" if flag == "--resume" else "branch from"
     if diff:
         k, (old, new) = next(iter(diff.items()))
-        raise ValueError(f"cannot resume {ckpt.path}: it holds a different model shape "
-                         f"({k}={old}, this config gives {new}); resume with the run's own "
+        raise ValueError(f"cannot {verb} {ckpt.path}: it holds a different model shape "
+                         f"({k}={old}, this config gives {new}); use the run's own "
                          "model.name and data settings")
     if ckpt.meta.get("tokenizer") != tokenizer:
-        raise ValueError(f"cannot resume {ckpt.path}: it was trained with tokenizer "
+        raise ValueError(f"cannot {verb} {ckpt.path}: it was trained with tokenizer "
                          f"{ckpt.meta.get('tokenizer')!r}, this config uses {tokenizer!r}")
 
 
-def _prepare_run_dir(run_dir: Path, cfg: C.Config, ckpt: checkpoint.Checkpoint | None) -> None:
+def _history(cfg: C.Config, saved: C.Config, ckpt: checkpoint.Checkpoint) -> list[dict]:
+    """The run's settings history after resuming ``ckpt`` with ``cfg`` (refuses changes that
+    would make another run; see `config.resume_changes`)."""
+    history = C.read_history_text(ckpt.config_toml)
+    diff = C.resume_changes(saved, cfg, ckpt.path)
+    return history + ([{"step": ckpt.step, **diff}] if diff else [])
+
+
+def _schedule(t: C.TrainSection, ckpt: checkpoint.Checkpoint | None) -> Schedule:
+    """The schedule from the checkpoint's on, stretched to ``t.steps`` where that changed."""
+    base = schedule_of(t)
+    saved = ckpt.meta.get("schedule") if ckpt is not None else None
+    if saved is None:
+        return base
+    anchored = Schedule(lr=t.lr, steps=saved["steps"], warmup_steps=t.warmup_steps,
+                        min_lr_ratio=t.min_lr_ratio, shape=Shape(t.schedule),
+                        anchor_step=saved["anchor_step"], anchor_progress=saved["anchor_progress"])
+    return anchored.continued(ckpt.step, t.steps)
+
+
+def _prepare_run_dir(run_dir: Path, cfg: C.Config, ckpt: checkpoint.Checkpoint | None,
+                     history: list[dict]) -> None:
     if ckpt is None and checkpoint.list_checkpoints(run_dir / "checkpoints"):
         raise ValueError(f"run directory {run_dir} already holds checkpoints; continue it with "
                          f"--resume {run_dir} or choose another --run.name")
     for sub in ("plans", "checkpoints", "sensitivity"):
         (run_dir / sub).mkdir(parents=True, exist_ok=True)
-    C.write_toml(cfg, run_dir / "config.toml")
+    C.write_toml(cfg, run_dir / "config.toml", history)
     if ckpt is None:
         (run_dir / "metrics.jsonl").unlink(missing_ok=True)
         for old in (run_dir / "plans").glob("step_*.json"):
@@ -300,156 +553,3 @@ def _prepare_run_dir(run_dir: Path, cfg: C.Config, ckpt: checkpoint.Checkpoint |
         for old in (run_dir / "plans").glob("step_*.json"):
             if int(old.stem.split("_")[1]) > ckpt.step:
                 old.unlink()
-
-
-def _restore(run: Run, ckpt: checkpoint.Checkpoint) -> None:
-    """Weights, controller, RNGs and counters (the optimizer state is loaded in `setup`)."""
-    ckpt.load_weights(run.model)
-    run.plan.apply(run.model)
-    if run.controller is not None and ckpt.controller is not None:
-        run.controller.load_state_dict(ckpt.controller)
-    checkpoint.restore_rng(ckpt.rng)
-    run.step, run.skipped = ckpt.step, int(ckpt.meta.get("skipped", 0))
-
-
-def seed_step(seed: int, rank: int, step: int) -> None:
-    """Reseed the global RNGs at the start of every step: whatever quantization or a controller
-    draws is then a pure function of (seed, rank, step), so resuming needs no RNG history and
-    every rank still gets its own stream."""
-    torch.manual_seed((seed * 1_000_003 + step) * 1024 + rank)
-
-
-# ---------------------------------------------------------------------------------------------
-# The loop.
-
-
-def train(cfg: C.Config, resume: str | Path | None = None) -> RunResult:
-    """Train according to ``cfg`` (resolved, see `config.resolve`); returns the final numbers."""
-    run = setup(cfg, Path(resume) if resume is not None else None)
-    try:
-        return _train(run)
-    finally:
-        run.log.close()
-        distributed.teardown(run.dist)
-
-
-def _train(run: Run) -> RunResult:
-    cfg, t, model, optimizer, dist = run.cfg, run.cfg.train, run.model, run.optimizer, run.dist
-    result = RunResult(run_dir=run.dir, step=run.step)
-    micro = t.batch_size // t.grad_accum // dist.world_size
-    tokens_per_step = t.batch_size * t.seq_len
-    fp4_frac = fp4_flop_fraction(run.plan, model)
-    if run.step == 0:
-        fp4_frac = run.record_plan(0, None)
-        result.val_loss = _eval_and_log(run, 0)
-    bar = progress_bar(t.steps, run.step, cfg.log.progress and dist.is_main)
-    t_start, window_time, window_steps = time.perf_counter(), 0.0, 0
-
-    with StopFlag() as stop:
-        for step in range(run.step, t.steps):
-            t0 = time.perf_counter()
-            done = step + 1
-            log_now = done % cfg.log.every == 0 or done == t.steps
-            seed_step(cfg.seed, dist.rank, step)
-            # 1. learning rate of this step
-            lr = lr_at(step, t)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-
-            # 2. forward/backward over this rank's micro-batches
-            x, y = local_rows(run.data.train_batch(step, t.batch_size, t.seq_len), dist)
-            loss_sum = torch.zeros((), device=run.device)
-            for m in range(t.grad_accum):
-                xm = x[m * micro:(m + 1) * micro].to(run.device, non_blocking=True)
-                ym = y[m * micro:(m + 1) * micro].to(run.device, non_blocking=True)
-                sync_quant_counters(model, step * t.grad_accum + m)
-                with autocast(run.device, t.bf16):
-                    _, loss = model(xm, ym)
-                (loss / t.grad_accum).backward()
-                loss_sum += loss.detach().float()
-
-            # 3. average over ranks, clip, and refuse to apply a non-finite update
-            distributed.average_gradients(model, dist)
-            loss_val = distributed.mean_over_ranks(loss_sum / t.grad_accum, dist).item()
-            grad_norm = torch.nn.utils.clip_grad_norm_(
-                model.parameters(), t.grad_clip if t.grad_clip > 0 else math.inf).item()
-            if not (math.isfinite(loss_val) and math.isfinite(grad_norm)):
-                optimizer.zero_grad(set_to_none=True)
-                _nonfinite(run, step, loss_val, grad_norm)
-                run.skipped += 1
-                result.skipped_steps = run.skipped
-            else:
-                # 4. the update (weights written back low-precision with --writeback.policy)
-                if run.writeback is not None:
-                    run.writeback.step(record=log_now)
-                else:
-                    optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-            result.losses[done], result.train_loss, result.step = loss_val, loss_val, done
-            window_time, window_steps = window_time + time.perf_counter() - t0, window_steps + 1
-
-            # 5. bookkeeping at the step boundary
-            bar.update(1)
-            if log_now:
-                tok_s = tokens_per_step * window_steps / window_time  # training time only
-                wb_stats = run.writeback.metrics() if run.writeback is not None else {}
-                run.log.log("train", done, loss=loss_val, lr=lr, tokens_per_s=tok_s,
-                            grad_norm=grad_norm, fp4_flop_fraction=fp4_frac,
-                            time=time.perf_counter() - t_start, skipped=run.skipped, **wb_stats)
-                bar.set_postfix(loss=f"{loss_val:.3f}", tok_s=f"{tok_s:,.0f}")
-                window_time, window_steps = 0.0, 0
-            if done % t.eval_every == 0 or done == t.steps:
-                result.val_loss = _eval_and_log(run, done, bar)
-            fp4_frac = _maybe_replan(run, done, fp4_frac)
-            if done % t.ckpt_every == 0 or done == t.steps:
-                run.save(done)
-            if distributed.any_rank(stop.set, dist):
-                if done % t.ckpt_every and done != t.steps:
-                    run.save(done)
-                result.interrupted = True
-                break
-    bar.close()
-    result.seconds = time.perf_counter() - t_start
-    return result
-
-
-def _eval_and_log(run: Run, step: int, bar: Any = None) -> float:
-    val = evaluate(run.model, run.data, run.cfg, run.device)
-    ppl = math.exp(min(val, 50.0))
-    run.log.log("eval", step, val_loss=val, ppl=ppl)
-    if bar is not None and run.dist.is_main:
-        bar.write(f"step {step}: val loss {val:.4f}, ppl {ppl:.2f}")
-    return val
-
-
-def _maybe_replan(run: Run, step: int, fp4_frac: float) -> float:
-    """Ask the controller for a new plan; apply and record it if there is one."""
-    if run.controller is None:
-        return fp4_frac
-    t = run.cfg.train
-
-    def batch_fn(i: int) -> Batch:
-        # Calibration batches: training-split windows keyed far beyond any training step.
-        micro = t.batch_size // t.grad_accum
-        batch = run.data.train_batch(CALIBRATION_KEY + i, micro, t.seq_len)
-        return tuple(v.to(run.device) for v in local_rows(batch, run.dist))
-
-    new = run.controller.on_step_end(step, run.model, run.optimizer, batch_fn)
-    if new is None:
-        return fp4_frac
-    previous, run.plan = run.plan, new
-    run.plan.apply(run.model)
-    return run.record_plan(step, previous)
-
-
-def _nonfinite(run: Run, step: int, loss: float, grad_norm: float) -> None:
-    """Skip and count the step, or save the last good state and stop."""
-    what = f"loss {loss}, gradient norm {grad_norm}"
-    run.log.log("nonfinite", step + 1, loss=loss, grad_norm=grad_norm, skipped=run.skipped + 1)
-    if run.cfg.train.skip_nonfinite:
-        return
-    path = run.save(step)
-    where = f"; the last good state (step {step}) is saved in {path}" if path else ""
-    raise NonFiniteError(
-        f"non-finite {what} at step {step + 1}{where}. Lower train.lr, use a higher-precision "
-        "plan, or pass --train.skip_nonfinite true to skip such steps")

@@ -52,15 +52,22 @@ def initial_plan(cfg: PrecisionSection) -> PrecisionPlan:
     return PrecisionPlan.uniform(cfg.preset)
 
 
-def make_controller(cfg: PrecisionSection, out_dir: Path, is_main: bool,
-                    seed: int = 0) -> PrecisionController | None:
-    """The adaptive controller, or None for fixed precision."""
+def make_controller(cfg: PrecisionSection, out_dir: Path, is_main: bool, seed: int = 0,
+                    start: int = 0) -> PrecisionController | None:
+    """The adaptive controller, or None for fixed precision.
+
+    ``start``: the step a branch (``--init-from``) starts at; its warm-up counts from there and
+    defaults to 0 (the parent is warmed up: plan at once). A fresh run's defaults to
+    ``precision.every``."""
     if cfg.mode != "adaptive":
         return None
-    from snip.planner import Controller  # imported here: the planner pulls in scipy
+    from snip.planner import DEFAULT_CANDIDATES, Controller  # here: the planner pulls in scipy
 
+    warmup = cfg.warmup if cfg.warmup >= 0 else (0 if start > 0 else cfg.every)
     return Controller(budget=cfg.budget, every=cfg.every, out_dir=out_dir if is_main else None,
-                      seed=seed)
+                      seed=seed, warmup=max(1, start + warmup), method=cfg.method,
+                      per_gemm=cfg.per_gemm, candidates=cfg.candidate_list or DEFAULT_CANDIDATES,
+                      micro_batches=cfg.calib_batches)
 
 
 def explicit(plan: PrecisionPlan, model: nn.Module, step: int) -> PrecisionPlan:

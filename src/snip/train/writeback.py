@@ -83,11 +83,16 @@ def attach(section: C.WritebackSection, model: nn.Module, optimizer: torch.optim
 
 def restore(writeback: Writeback | None, optimizer: torch.optim.Optimizer,
             ckpt_optimizer: dict[str, Any], ckpt_writeback: dict[str, Any] | None,
-            where: object) -> None:
+            where: object, fresh_wrapper: bool = False) -> None:
     """Load the inner optimizer state and, with write-back, the wrapper's state.
 
-    A checkpoint and a config that disagree on whether write-back is on are rejected: resuming
-    would silently drop masters, or start them from the stored (rounded) weights."""
+    ``fresh_wrapper`` (a branch with other write-back settings): load only the inner optimizer
+    state; the wrapper starts anew from the checkpoint's weights. Otherwise a checkpoint and a
+    config that disagree on whether write-back is on are rejected: continuing would silently
+    drop masters, or start them from the stored (rounded) weights."""
+    if fresh_wrapper:
+        optimizer.load_state_dict(ckpt_optimizer)
+        return
     if writeback is None:
         if ckpt_writeback is not None:
             raise ValueError(f"cannot resume {where}: it was trained with --writeback.policy "
