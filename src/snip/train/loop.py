@@ -54,10 +54,10 @@ from snip.plan import PrecisionPlan, fp4_flop_fraction
 from snip.train import checkpoint, distributed
 from snip.train import config as C
 from snip.train import writeback as wb
-from snip.train.batches import Batch, Batches, open_data
+from snip.train.batches import Batch, open_data
 from snip.train.evaluation import EvalResult, autocast, evaluate
 from snip.train.metrics import MetricsLog, progress_bar, truncate_after
-from snip.train.precision import PrecisionController, explicit, initial_plan, make_controller
+from snip.train.precision import explicit, initial_plan, make_controller
 from snip.train.schedule import Schedule, Shape
 
 CALIBRATION_KEY = 10**12  # data "step" of the controller's calibration batches
