@@ -4,6 +4,8 @@
     snip train --model.name tiny --train.steps 200 --precision.preset mxfp4
     snip train --config configs/small_fp8.toml --train.steps 2000
     snip train --resume runs/NAME                # continue exactly where it stopped
+    snip train --init-from runs/A/checkpoints/step_000400 --run.name B --precision.preset mxfp4
+                                                 # branch: a new run from A's step 400 state
     torchrun --nproc_per_node 2 $(which snip) train --train.batch_size 32
 
 Every option of the run configuration (`snip.train.config`) is a ``--section.key`` flag,
@@ -29,7 +31,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", help="TOML config file (flags override it)")
     parser.add_argument("--resume", metavar="RUN_DIR",
                         help="continue runs/NAME from its newest checkpoint, or from the given "
-                             "checkpoint directory")
+                             "checkpoint directory (only train.steps, eval/checkpoint cadence, "
+                             "threads, device and log settings may change)")
+    parser.add_argument("--init-from", metavar="CHECKPOINT",
+                        help="branch a new run (its own run.name and settings, defaults: the "
+                             "parent's) from a checkpoint's weights, optimizer state and step")
     for leaf in leaves():
         kind = "BOOL" if leaf.type is bool else leaf.type.__name__.upper()
         default = f"{leaf.default!r}" if leaf.type is str else str(leaf.default).lower() \
@@ -59,7 +65,7 @@ def _unknown_option_error(options: list[str]) -> ValueError:
     from snip.train.config import leaf_map
 
     bad = next((o for o in options if o.startswith("-")), options[0]).split("=")[0]
-    valid = ["--config", "--resume", *(f"--{k}" for k in leaf_map())]
+    valid = ["--config", "--resume", "--init-from", *(f"--{k}" for k in leaf_map())]
     close = difflib.get_close_matches(bad, valid, n=1, cutoff=0.5)
     hint = f"; did you mean {close[0]}?" if close else "; see snip train --help"
     return ValueError(f"unknown option {bad}{hint}")
@@ -71,9 +77,9 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, _UNKNOWN, None):
         raise _unknown_option_error(getattr(args, _UNKNOWN))
     overrides = {k[len(_PREFIX):]: v for k, v in vars(args).items() if k.startswith(_PREFIX)}
-    cfg = from_sources(args.config, overrides, args.resume)
+    cfg = from_sources(args.config, overrides, args.resume, args.init_from)
     try:
-        result = train(cfg, resume=args.resume)
+        result = train(cfg, resume=args.resume, init_from=args.init_from)
     except NonFiniteError as e:
         print(f"snip train: {e}", file=sys.stderr)
         _report(cfg)
