@@ -18,9 +18,11 @@ from snip.report.plots import all_plots
 from snip.report.runs import RunData, load_run
 
 
-def write_report(run_dirs: Sequence[str | Path], out: str | Path | None = None) -> Path:
+def write_report(run_dirs: Sequence[str | Path], out: str | Path | None = None,
+                 extra_html: str = "") -> Path:
     """Write the plots and ``report.html`` to ``out`` (default: the only run's directory);
-    returns the HTML path."""
+    ``extra_html`` (e.g. the `snip compare` table) goes above the summary. Returns the HTML
+    path."""
     if not run_dirs:
         raise ValueError("give at least one run directory")
     runs = [load_run(d) for d in run_dirs]
@@ -32,7 +34,7 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path | None = None) 
     plots = all_plots(runs, out)
     path = out / "report.html"
     tmp = path.with_suffix(".html.tmp")
-    tmp.write_text(page(runs, plots))
+    tmp.write_text(page(runs, plots, extra_html))
     tmp.replace(path)
     return path
 

@@ -64,11 +64,11 @@ def _config_block(run: RunData) -> str:
     return f"<h3>{html.escape(run.name)}: config.toml</h3><pre>{html.escape(text)}</pre>"
 
 
-def page(runs: list[RunData], plots: list[Path]) -> str:
+def page(runs: list[RunData], plots: list[Path], extra_html: str = "") -> str:
     title = "snip run " + runs[0].name if len(runs) == 1 else f"snip: {len(runs)} runs compared"
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
              f"</title><style>{_CSS}</style></head><body><h1>{html.escape(title)}</h1>",
-             "<p>" + ", ".join(html.escape(str(r.path)) for r in runs) + "</p>",
+             "<p>" + ", ".join(html.escape(str(r.path)) for r in runs) + "</p>", extra_html,
              "<h2>Summary</h2>", _summary_table(runs), "<h2>Plots</h2>",
              *(_img(p) for p in plots), "<h2>Configuration</h2>",
              *(_config_block(r) for r in runs), "</body></html>"]

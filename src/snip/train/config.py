@@ -163,6 +163,8 @@ class PrecisionSection:
     candidates: str = opt("", "adaptive: comma-separated candidate presets, high precision "
                               "first (empty: fp8_e4m3_tile128,fp4_e2m1_tile128)")
     calib_batches: int = opt(2, "adaptive: calibration micro-batches per statistics cycle")
+    plan_seed: int = opt(0, "adaptive: seed of the random baseline's plan (one fixed plan per "
+                            "seed, the same at every re-plan)")
 
     def __post_init__(self) -> None:
         _choice("precision.mode", self.mode, ("fixed", "adaptive"))
@@ -179,6 +181,7 @@ class PrecisionSection:
             raise ValueError(f"precision.budget must be in [0, 1], got {self.budget}")
         _positive("precision.every", self.every)
         _positive("precision.calib_batches", self.calib_batches)
+        _non_negative("precision.plan_seed", self.plan_seed)
         if isinstance(self.warmup, bool) or self.warmup < -1:
             raise ValueError(f"precision.warmup must be >= 0 (or -1: automatic), got "
                              f"{self.warmup!r}")

@@ -1,0 +1,94 @@
+"""``snip compare``: fair, paired comparisons of precision recipes from shared checkpoints.
+
+    snip compare --base runs/bf16/checkpoints/step_000400 --steps 200 --orders 2 \\
+        --arm bf16 --arm fp4=preset:fp4_e2m1_tile128 --arm snip@0.75 --arm layer_type@0.75 \\
+        --arm random@0.75x8 --reference bf16 --gap fp4 --out runs/cmp
+    snip compare --resume runs/cmp                     # continue an interrupted sweep
+    snip compare --summarize runs/cmp --reference snip@0.75   # other reference, no training
+
+Every arm branches from each base checkpoint under each data order, trains ``--steps`` steps
+and is evaluated on the same strided validation windows; the table gives each arm's paired
+difference to the reference with a 95% interval (`snip.compare`). Writes ``compare.md``,
+``compare.json`` and ``report.html`` in ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+COMMAND = "compare"
+HELP = "branch precision recipes from the same checkpoints and compare them with paired statistics"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    a = parser.add_argument
+    a("--base", action="append", default=[], metavar="CHECKPOINT",
+      help="base checkpoint (or run directory: its newest checkpoint); repeat for several")
+    a("--arm", action="append", default=[], metavar="SPEC",
+      help="an arm: PRESET, LABEL=preset:PRESET, [LABEL=]plan:FILE, METHOD@BUDGET (snip, "
+           "uniform, layer_id, layer_type, min_rel_err, random, ...) or random@BUDGETxK")
+    a("--steps", type=int, default=200, help="training steps of every branch")
+    a("--orders", type=int, default=1,
+      help="data orders per base (order 0: the parent's own, k: its order seed + k)")
+    a("--reference", default="", metavar="ARM", help="the arm differences are taken against "
+                                                    "(default: the first arm)")
+    a("--gap", default="", metavar="ARM",
+      help="report the share of the reference-to-ARM gap each arm closes (when it resolves)")
+    a("--eval-batches", type=int, default=32,
+      help="validation batches, spread over the whole split, for every arm's final evaluation")
+    a("--out", default="runs/compare", metavar="DIR", help="output directory")
+    a("--threads", type=int, default=0, help="torch CPU threads (0: the trainer's default)")
+    a("--resume", metavar="DIR", help="continue the comparison in DIR (its sweep.json)")
+    a("--summarize", metavar="DIR",
+      help="recompute the table and report of DIR from its finished arms, without training")
+
+
+def run(args: argparse.Namespace) -> int:
+    from snip.compare import (
+        Sweep,
+        load_sweep,
+        parse_arms,
+        run_sweep,
+        summarize,
+        write_summary,
+    )
+    from snip.errors import UserError
+
+    if args.resume and args.summarize:
+        raise UserError("give either --resume DIR or --summarize DIR, not both")
+    existing = args.resume or args.summarize
+    if existing:
+        if args.base or args.arm:
+            raise UserError("--resume/--summarize read the comparison from DIR; drop --base "
+                            "and --arm")
+        sweep = load_sweep(Path(existing), args.threads)
+    else:
+        sweep = Sweep(bases=tuple(args.base), arms=tuple(parse_arms(args.arm)), steps=args.steps,
+                      orders=args.orders, reference=args.reference or "", gap=args.gap,
+                      eval_batches=args.eval_batches, out=args.out, threads=args.threads)
+    finished = True if args.summarize else run_sweep(sweep)
+    summary = summarize(sweep, reference=args.reference or None, gap=args.gap or None)
+    js, md = write_summary(summary)
+    report = _report(sweep, summary)
+    print(md.read_text())
+    print(f"wrote {md}, {js}" + (f" and {report}" if report else ""))
+    if not finished:
+        print(f"snip compare: interrupted; continue with: snip compare --resume {sweep.out}",
+              file=sys.stderr)
+        return 130
+    return 0
+
+
+def _report(sweep, summary) -> Path | None:  # noqa: ANN001
+    """report.html: the table plus the curves of every arm of the first unit that has run."""
+    from snip.compare import html_tables
+    from snip.report import write_report
+
+    unit = sweep.units[0]
+    dirs = [sweep.run_dir(unit, a) for a in sweep.arms
+            if (sweep.run_dir(unit, a) / "metrics.jsonl").is_file()]
+    if not dirs:
+        return None
+    return write_report(dirs, out=sweep.out, extra_html=html_tables(summary))
