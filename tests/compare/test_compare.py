@@ -1,0 +1,171 @@
+"""snip compare: arm syntax, paired statistics on known effects, and a sweep end to end."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from snip.cli import main
+from snip.compare import Kind, paired, parse_arm, parse_arms, percentile_among
+from snip.compare.sweep import Sweep, run_sweep
+from snip.errors import UserError
+from snip.train import from_sources, train
+
+# -- arms ---------------------------------------------------------------------------------------
+
+
+def test_arm_syntax(tmp_path: Path) -> None:
+    (a,) = parse_arm("bf16")
+    assert (a.label, a.kind, a.preset) == ("bf16", Kind.PRESET, "bf16")
+    (a,) = parse_arm("fp4=preset:fp4_e2m1_tile128")
+    assert (a.label, a.preset) == ("fp4", "fp4_e2m1_tile128")
+    plan = tmp_path / "mixed.json"
+    plan.write_text("{}")
+    (a,) = parse_arm(f"plan:{plan}")
+    assert (a.label, a.kind) == ("mixed", Kind.PLAN)
+    (a,) = parse_arm("snip@0.75")
+    assert (a.label, a.method, a.budget) == ("snip@0.75", "ilp", 0.75)
+    assert a.overrides()["precision.warmup"] == 0
+    draws = parse_arm("random@0.5x3")
+    assert [d.label for d in draws] == ["random@0.5#0", "random@0.5#1", "random@0.5#2"]
+    assert {d.family for d in draws} == {"random@0.5"}
+    assert [d.overrides()["precision.plan_seed"] for d in draws] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("bad, message", [
+    ("fp5", "not a preset"), ("snip@1.5", "in [0, 1]"), ("magic@0.5", "unknown method"),
+    ("layer_type@0.5x3", "random@BUDGET only"), ("plan:/nonexistent.json", "not found"),
+    ("a b=bf16", "label"), ("snip@", "expected"),
+])
+def test_bad_arm_is_a_user_error(bad: str, message: str) -> None:
+    with pytest.raises(UserError, match=re.escape(message)):
+        parse_arm(bad)
+
+
+def test_duplicate_labels_are_refused() -> None:
+    with pytest.raises(UserError, match="two arms"):
+        parse_arms(["bf16", "bf16=preset:fp8_e4m3"])
+
+
+# -- statistics ---------------------------------------------------------------------------------
+
+
+def _units(rng: np.random.Generator, effect: float, n: int = 8) -> tuple[list, list]:
+    unit = rng.normal(3.0, 0.5, size=n)  # each unit's own difficulty, shared by both arms
+    ref = unit + rng.normal(0, 0.01, size=n)
+    arm = unit + effect + rng.normal(0, 0.01, size=n)
+    return arm.tolist(), ref.tolist()
+
+
+@pytest.mark.parametrize("effect", [-0.02, 0.0])
+def test_paired_interval_covers_the_true_effect_95_percent_of_the_time(effect: float) -> None:
+    rng = np.random.default_rng(0)
+    covered = 0
+    trials = 400
+    for _ in range(trials):
+        arm, ref = _units(rng, effect)
+        p = paired("a", arm, "ref", ref)
+        covered += p.ci_low <= effect <= p.ci_high
+    assert 0.92 <= covered / trials <= 0.98
+
+
+def test_paired_resolves_a_clear_effect_that_unpaired_means_cannot() -> None:
+    rng = np.random.default_rng(1)
+    arm, ref = _units(rng, -0.05, n=12)
+    p = paired("a", arm, "ref", ref)
+    assert p.n == 12 and p.resolved and p.ci_low < -0.05 < p.ci_high and p.ci_high < 0
+    assert p.sign_p < 0.01 and p.wilcoxon_p < 0.01
+    assert np.std(arm) > 5 * abs(p.mean)  # unpaired, the units' spread would swamp it
+
+
+def test_paired_edge_cases() -> None:
+    one = paired("a", [1.0], "ref", [2.0])
+    assert one.n == 1 and np.isnan(one.ci_low) and not one.resolved
+    with pytest.raises(ValueError, match="same non-zero number"):
+        paired("a", [1.0, 2.0], "ref", [1.0])
+    assert percentile_among(1.0, [0.5, 2.0, 3.0, 1.0]) == pytest.approx(62.5)
+
+
+# -- a sweep end to end -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def base(tiny: dict) -> Path:
+    train(from_sources(overrides={**tiny, "run.name": "base", "precision.preset": "bf16"}))
+    return Path(tiny["run.dir"]) / "base" / "checkpoints" / "step_000012"
+
+
+def test_compare_three_arms_two_orders(base: Path, tmp_path: Path,
+                                       capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "cmp"
+    argv = ["compare", "--base", str(base), "--steps", "4", "--orders", "2", "--arm", "bf16",
+            "--arm", "fp4=preset:mxfp4", "--arm", "layer_type@0.5", "--reference", "bf16",
+            "--gap", "fp4", "--eval-batches", "2", "--out", str(out), "--threads", "1"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "| fp4 | 2 |" in printed and "diff vs bf16" in printed
+    summary = json.loads((out / "compare.json").read_text())
+    rows = {r["arm"]: r for r in summary["rows"]["val_loss_hp"]}
+    assert rows["fp4"]["n"] == 2 and rows["fp4"]["fp4_flop_fraction"] == 1.0
+    assert rows["layer_type@0.5"]["fp4_flop_fraction"] <= 0.5 + 1e-9
+    # paired: the per-unit differences are recomputable from the arms' own results
+    res = summary["results"]
+    d = [f["val_loss_hp"] - b["val_loss_hp"] for f, b in zip(res["fp4"], res["bf16"],
+                                                             strict=True)]
+    assert rows["fp4"]["diff"] == pytest.approx(sum(d) / 2)
+    # the bf16 arm is the parent's own recipe: order 0 continues the parent exactly, order 1
+    # sees other batches
+    o0 = json.loads((out / "runs/b0_o0/bf16/result.json").read_text())
+    o1 = json.loads((out / "runs/b0_o1/bf16/result.json").read_text())
+    assert o0["step"] == o1["step"] == 16 and o0["val_loss"] != o1["val_loss"]
+    html = (out / "report.html").read_text()
+    assert "Paired comparison against bf16" in html and "layer_type@0.5" in html
+    # finished arms are never rerun: a second call trains nothing and gives the same table
+    before = (out / "compare.json").read_text()
+    assert main(argv) == 0
+    assert "done earlier" in capsys.readouterr().out
+    assert (out / "compare.json").read_text() == before
+
+
+def test_interrupted_sweep_resumes(base: Path, tmp_path: Path, ctrl_c_after) -> None:
+    from snip.compare import parse_arms
+
+    sweep = Sweep(bases=(str(base),), arms=tuple(parse_arms(["bf16", "mxfp4"])), steps=4,
+                  orders=1, reference="bf16", eval_batches=2, out=str(tmp_path / "cmp"),
+                  threads=1)
+    with ctrl_c_after(14):  # inside the first arm
+        assert run_sweep(sweep, echo=lambda s: None) is False
+    first = sweep.run_dir((0, 0), sweep.arms[0])
+    assert not (first / "result.json").exists() and (first / "checkpoints").is_dir()
+    lines: list[str] = []
+    assert run_sweep(sweep, echo=lines.append) is True
+    assert len(lines) == 2 and all("val loss" in s for s in lines)
+    assert json.loads((first / "result.json").read_text())["step"] == 16
+
+
+def test_compare_bad_input(base: Path, tmp_path: Path, capsys: pytest.CaptureFixture,
+                           tiny: dict) -> None:
+    out = str(tmp_path / "cmp")
+    common = ["--steps", "2", "--out", out]
+    cases = [
+        (["--base", str(base), "--arm", "bf16", "--arm", "fp9"], "not a preset"),
+        (["--base", str(tmp_path), "--arm", "bf16"], "--base"),
+        (["--base", str(base), "--arm", "bf16", "--reference", "fp4"], "not one of the arms"),
+        (["--base", str(base)], "at least one --arm"),
+        (["--resume", str(tmp_path / "nothing")], "holds no comparison"),
+    ]
+    for argv, message in cases:
+        assert main(["compare", *argv, *common]) == 2, argv
+        err = capsys.readouterr().err.strip()
+        assert message in err and "\n" not in err, (argv, err)
+    # bases of different model shapes
+    train(from_sources(overrides={**tiny, "run.name": "other", "model.name": "small",
+                                  "train.steps": 1}))
+    other = Path(tiny["run.dir"]) / "other"
+    assert main(["compare", "--base", str(base), "--base", str(other), "--arm", "bf16",
+                 *common]) == 2
+    assert "different shapes" in capsys.readouterr().err
