@@ -1,7 +1,8 @@
 """Memory and step time of write-back policies, as ratios measured in one run.
 
 Arms: plain fp32 AdamW (no write-back), direct ``rne`` write-back, ``selective_master`` with a
-10 % mask, blanket ``master``.  Memory is the bytes of write-back state a real implementation
+10 % mask, blanket ``master``, each a trainer (`snip.train.loop.Trainer`) stepped in turn.
+Memory is the bytes of write-back state a real implementation
 holds for the eligible weights (``WritebackOptimizer.state_bytes``: packed stored weights at the
 grid's bits per element, fp32 masters plus int64 indices, fp32 Adam moments); the fp32 arm holds
 fp32 weights and moments.  Step time is the median wall time of an optimizer step (forward,
@@ -17,51 +18,59 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import time
 from pathlib import Path
 
-import torch
-
 from snip.audit import random_mask
-from snip.optim import WritebackOptimizer, eligible_parameters
+from snip.optim import eligible_parameters
+from snip.train import from_sources
+from snip.train.loop import Hook, Trainer
 
 OUT = Path(__file__).parent / "out" / "writeback"
 
 
-def make(arm: str, model_name: str, fmt: str, fraction: float, tile: int):
-    from snip.models import build_model
+class UpdateTimer(Hook):
+    """Wall time of each optimizer update (AdamW + write-back), between the trainer's hooks."""
 
-    torch.manual_seed(0)
-    model = build_model(model_name)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    named = eligible_parameters(model)
-    if arm == "fp32":
-        return model, opt, None
-    mask = None
+    def __init__(self) -> None:
+        self.seconds: list[float] = []
+        self._t = 0.0
+
+    def before_update(self, trainer: Trainer) -> None:
+        self._t = time.perf_counter()
+
+    def after_update(self, trainer: Trainer) -> None:
+        self.seconds.append(time.perf_counter() - self._t)
+
+
+def make(arm: str, args: argparse.Namespace) -> tuple[Trainer, UpdateTimer]:
+    """A trainer (fp32 GEMMs) whose weights are written back with policy ``arm``."""
+    name = f"bench_{arm}"
+    shutil.rmtree(OUT / "runs" / name, ignore_errors=True)
+    values = {"model.name": args.model, "train.batch_size": args.batch,
+              "train.seq_len": args.seq_len, "train.steps": args.steps + 3,
+              "train.threads": args.threads, "precision.preset": "fp32",
+              "log.progress": False, "run.dir": str(OUT / "runs"), "run.name": name}
+    if arm != "fp32":
+        values |= {"writeback.policy": arm, "writeback.format": args.format,
+                   "writeback.tile_size": args.tile_size}
     if arm == "selective_master":
-        mask = random_mask({n: p.shape for n, p in named}, fraction, tile_size=tile)
-    wb = WritebackOptimizer(opt, named, element=fmt, policy=arm, mask=mask, tile_size=tile,
-                            record_every=0)
-    return model, opt, wb
+        probe = Trainer(from_sources(overrides={**values, "writeback.policy": "rne",
+                                                "run.name": "bench_probe"}))
+        shapes = {n: p.shape for n, p in eligible_parameters(probe.model)}
+        probe.close()
+        mask = random_mask(shapes, args.fraction, tile_size=args.tile_size)
+        values["writeback.mask"] = str(mask.save(OUT / "runs" / "bench_mask.json"))
+    timer = UpdateTimer()
+    return Trainer(from_sources(overrides=values), hooks=[timer]), timer
 
 
-def step_time(model, opt, wb, batch) -> tuple[float, float]:
-    """(full step seconds, optimizer step + write-back seconds)."""
-    x, y = batch
-    t = time.perf_counter()
-    opt.zero_grad(set_to_none=True)
-    model(x, y)[1].backward()
-    t_opt = time.perf_counter()
-    (wb or opt).step()
-    end = time.perf_counter()
-    return end - t, end - t_opt
-
-
-def state_bytes(model, opt, wb) -> int:
-    if wb is not None:
-        return sum(wb.state_bytes().values())
-    named = eligible_parameters(model)
+def state_bytes(trainer: Trainer) -> int:
+    if trainer.writeback is not None:
+        return sum(trainer.writeback.wb.state_bytes().values())
+    named = eligible_parameters(trainer.model)
     return sum(3 * 4 * p.numel() for _, p in named)  # weights + exp_avg + exp_avg_sq, fp32
 
 
@@ -76,24 +85,21 @@ def main() -> None:
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
     arms = ["fp32", "rne", "selective_master", "master"]
-    built = {a: make(a, args.model, args.format, args.fraction, args.tile_size) for a in arms}
-    g = torch.Generator().manual_seed(0)
-    vocab = built["fp32"][0].config.vocab_size
-    batch = (torch.randint(0, vocab, (args.batch, args.seq_len), generator=g),
-             torch.randint(0, vocab, (args.batch, args.seq_len), generator=g))
-    times: dict[str, list[tuple[float, float]]] = {a: [] for a in arms}
+    built = {a: make(a, args) for a in arms}
+    step_s: dict[str, list[float]] = {a: [] for a in arms}
     for i in range(args.steps + 3):
-        for a in arms:
-            t = step_time(*built[a], batch)
+        for a in arms:  # interleaved: machine noise hits every arm alike
+            r = built[a][0].step()
             if i >= 3:  # warm-up steps create Adam state
-                times[a].append(t)
+                step_s[a].append(r.seconds)
     rows = {}
     for a in arms:
-        rows[a] = {"state_bytes": state_bytes(*built[a]),
-                   "step_ms": 1e3 * statistics.median(t for t, _ in times[a]),
-                   "opt_ms": 1e3 * statistics.median(t for _, t in times[a])}
+        trainer, timer = built[a]
+        rows[a] = {"state_bytes": state_bytes(trainer),
+                   "step_ms": 1e3 * statistics.median(step_s[a]),
+                   "opt_ms": 1e3 * statistics.median(timer.seconds[3:])}
+        trainer.close()
     base = rows["rne"]
     print(f"model {args.model}, {args.format} analytic grid, mask {args.fraction:.0%}, "
           f"{args.steps} steps")

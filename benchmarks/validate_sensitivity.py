@@ -1,17 +1,24 @@
 """Do the predicted divergences rank layers the way real quantization damage does?
 
-1. Train the ``tiny`` model in fp32 for ``--steps`` steps (AdamW): the checkpoint.
-2. Predict: one statistics cycle (:func:`snip.sensitivity.measure`) at that checkpoint.
+Everything trains through the product's own core (`snip.train`):
+
+1. Train the ``tiny`` model in fp32 for ``--steps + --k`` steps, saving the checkpoint at
+   ``--steps`` (the base) and continuing to ``--steps + --k`` (the fp32 continuation).
+2. Predict: one statistics cycle (:func:`snip.sensitivity.measure`) on the base's model and
+   AdamW state (a trainer branched from the base, not run).
 3. Measure, for every linear layer ``l`` alone switched to FP4 (fp4_e2m1_tile128):
-   (a) the loss increase on fixed held-out batches with ``l``'s fprop in FP4 (the rest fp32);
-   (b) the weight drift ``||theta_k - theta_k^ref||^2`` after ``k`` AdamW steps with ``l``'s
-       backward GEMMs (dgrad, wgrad) in FP4, against the fp32 continuation on the same batches.
-   (a') the same with *stochastic* rounding of X and W, averaged over ``--sr-seeds`` draws:
-       the expected loss increase under unbiased rounding error, which is exactly what the
-       second-order metric models (RNE error on one fixed W also has a first-order part).
+   (a) the loss increase on the trainer's strided held-out batches with ``l``'s fprop in FP4
+       (the rest fp32);
+   (b) the weight drift ``||theta_k - theta_k^ref||^2`` after ``k`` steps of a branch of the
+       base with ``l``'s backward GEMMs (dgrad, wgrad) in FP4, against the fp32 continuation
+       (same batches, same schedule);
+   (a') the same as (a) with *stochastic* rounding of X and W, averaged over ``--sr-seeds``
+       draws: the expected loss increase under unbiased rounding error, which is exactly what
+       the second-order metric models (RNE error on one fixed W also has a first-order part).
 4. Print Spearman rank correlations: predicted loss divergence vs (a), predicted weight
    divergence vs (b), and the relative-quantization-error score (the ``min_rel_err`` baseline's
-   ranking) vs each.  Writes ``benchmarks/out/validate_sensitivity.json``.
+   ranking) vs each.  Writes ``benchmarks/out/validate_sensitivity_*.json``; the runs go to
+   ``benchmarks/out/validate/``.
 
     python benchmarks/validate_sensitivity.py [--steps 300 --k 10 --micro-batches 4]
 """
@@ -21,7 +28,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import sys
+import shutil
 import time
 from pathlib import Path
 
@@ -29,13 +36,15 @@ import numpy as np
 import torch
 from scipy.stats import spearmanr
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from snip.plan import PrecisionPlan  # noqa: E402
-from snip.sensitivity import SensitivityConfig, measure  # noqa: E402
-from snip_experiment import convert, lr_at  # noqa: E402
+from snip.plan import PrecisionPlan
+from snip.sensitivity import SensitivityConfig, measure
+from snip.train import from_sources, train
+from snip.train.evaluation import mean_loss
+from snip.train.loop import CALIBRATION_KEY, Trainer
 
 FP4 = "fp4_e2m1_tile128"
 HP = "fp32"
+OUT = Path(__file__).resolve().parent / "out"
 
 
 def one_layer_plan(name: str, fprop: str, back: str) -> PrecisionPlan:
@@ -43,20 +52,8 @@ def one_layer_plan(name: str, fprop: str, back: str) -> PrecisionPlan:
                          layers={name: {"fprop": fprop, "dgrad": back, "wgrad": back}})
 
 
-def train_steps(model, opt, ds, args, start: int, n: int) -> None:
-    for step in range(start, start + n):
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step, args.steps + args.k, args.lr, 30)
-        x, y = ds.get_batch("train", args.batch, args.seq, step)
-        _, loss = model(x, y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
-
-@torch.no_grad()
 def held_out_loss(model, batches) -> float:
-    return float(np.mean([model(x, y)[1].item() for x, y in batches]))
+    return mean_loss(model, batches, torch.device("cpu"))
 
 
 @torch.no_grad()
@@ -88,6 +85,13 @@ def flat(model) -> torch.Tensor:
     return torch.cat([p.detach().flatten() for p in model.parameters()])
 
 
+def checkpoint_weights(run: Path, step: int) -> torch.Tensor:
+    from safetensors.torch import load_file
+
+    state = load_file(run / "checkpoints" / f"step_{step:06d}" / "model.safetensors")
+    return torch.cat([state[k].flatten() for k in sorted(state)])
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--steps", type=int, default=300)
@@ -101,20 +105,28 @@ def main() -> None:
     p.add_argument("--eval-batches", type=int, default=48)
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args()
-    torch.set_num_threads(args.threads)
-    from snip.data import load_dataset
-    from snip.models import build_model, get_config
+    root = OUT / "validate"
+    shutil.rmtree(root, ignore_errors=True)
+    common = {"model.name": "tiny", "train.batch_size": args.batch, "train.seq_len": args.seq,
+              "train.lr": args.lr, "train.steps": args.steps + args.k, "train.warmup_steps": 30,
+              "train.eval_batches": args.eval_batches, "train.threads": args.threads,
+              "log.progress": False, "run.dir": str(root), "seed": 0}
 
     t0 = time.perf_counter()
-    ds = load_dataset()
-    torch.manual_seed(0)
-    model = build_model(get_config("tiny", vocab_size=ds.vocab_size, max_seq_len=args.seq))
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
-    train_steps(model, opt, ds, args, 0, args.steps)
+    base = train(from_sources(overrides={
+        **common, "run.name": "base", "precision.preset": HP, "train.ckpt_every": args.steps,
+        "train.eval_every": args.steps + args.k, "train.keep_checkpoints": 2}))
     t_train = time.perf_counter() - t0
+    ckpt = base.run_dir / "checkpoints" / f"step_{args.steps:06d}"
+    ref_theta = checkpoint_weights(base.run_dir, args.steps + args.k)
+
+    probe = Trainer(from_sources(overrides={"run.name": "probe"}, init_from=ckpt),
+                    init_from=ckpt)
+    model, opt, batches = probe.model, probe.optimizer, probe.eval_data
+    probe.close()
 
     def batch_fn(i: int):
-        return ds.get_batch("train", args.batch, args.seq, 5_000_000 + i)
+        return probe.data.train_batch(CALIBRATION_KEY + i, args.batch, args.seq)
 
     t1 = time.perf_counter()
     tables = {fo: measure(model, batch_fn, optimizer=opt, step=args.steps,
@@ -123,27 +135,22 @@ def main() -> None:
                                                    noise_groups=args.noise_groups))
               for fo in (False, True)}
     t_stats = (time.perf_counter() - t1) / 2
-    batches = list(ds.iter_eval_batches("val", args.batch, args.seq,
-                                        max_batches=args.eval_batches))
     ref_loss = held_out_loss(model, batches)
-    ref_model = copy.deepcopy(model)
-    ref_opt = torch.optim.AdamW(ref_model.parameters(), lr=args.lr, betas=(0.9, 0.95),
-                                weight_decay=0.1)
-    ref_opt.load_state_dict(copy.deepcopy(opt.state_dict()))  # load_state_dict aliases
-    train_steps(ref_model, ref_opt, ds, args, args.steps, args.k)
-    ref_theta = flat(ref_model)
 
     names = tables[False].names
     dloss, drift, dloss_sr = [], [], []
     for name in names:
         dloss_sr.append(sr_loss(model, name, batches, args.sr_seeds) - ref_loss)
-        m = convert(copy.deepcopy(model), one_layer_plan(name, FP4, HP))
+        m = copy.deepcopy(model)
+        one_layer_plan(name, FP4, HP).apply(m)
         dloss.append(held_out_loss(m, batches) - ref_loss)
-        m = convert(copy.deepcopy(model), one_layer_plan(name, HP, FP4))
-        o = torch.optim.AdamW(m.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
-        o.load_state_dict(copy.deepcopy(opt.state_dict()))
-        train_steps(m, o, ds, args, args.steps, args.k)
-        drift.append(float(((flat(m) - ref_theta) ** 2).sum()))
+        plan = root / f"plan_{name}.json"
+        one_layer_plan(name, HP, FP4).to_json(plan)
+        branch = train(from_sources(overrides={"run.name": f"back_{name}",
+                                               "precision.plan": str(plan)}, init_from=ckpt),
+                       init_from=ckpt)
+        theta = checkpoint_weights(branch.run_dir, args.steps + args.k)
+        drift.append(float(((theta - ref_theta) ** 2).sum()))
 
     t = tables[False]
     pred_l = [t.layers[n].metric("fprop", FP4).loss_div for n in names]

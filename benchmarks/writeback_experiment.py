@@ -30,7 +30,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from snip.audit import (
     ReferenceRecorder,
@@ -41,7 +40,7 @@ from snip.audit import (
     random_mask,
     reference_mask,
 )
-from snip.optim import WritebackOptimizer, eligible_parameters
+from snip.optim import eligible_parameters
 
 OUT = Path(__file__).parent / "out" / "writeback"
 
@@ -63,78 +62,76 @@ class Setup:
     tile_size: int = 64  # = d_model of the tiny model (the paper: 768 = d_model of GPT-2)
     eval_batches: int = 8
     source_seed: int = 100
+    threads: int = 1
 
     @property
     def score_steps(self) -> int:
         return max(10, round(self.score_frac * self.steps))
 
 
-def lr_at(s: Setup, step: int) -> float:
-    warm = max(1, round(s.warmup_frac * s.steps))
-    if step < warm:
-        return s.lr * (step + 1) / warm
-    p = (step - warm) / max(1, s.steps - warm)
-    return s.lr * (s.min_lr_frac + (1 - s.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * p)))
+def config(s: Setup, seed: int, name: str, steps: int, policy: str | None, element: str,
+           mask_path: Path | None):
+    """The trainer's config of one run (``policy=None``: the fp32 baseline)."""
+    from snip.train import from_sources
 
-
-def build(s: Setup, seed: int):
-    from snip.models import build_model
-
-    torch.manual_seed(seed)
-    model = build_model(s.model)
-    opt = torch.optim.AdamW(model.parameters(), lr=s.lr, betas=s.betas,
-                            weight_decay=s.weight_decay)
-    return model, opt
-
-
-def val_loss(model, ds, s: Setup) -> float:
-    model.eval()
-    tot, n = 0.0, 0
-    with torch.no_grad():
-        for x, y in ds.iter_eval_batches("val", 32, s.seq_len, max_batches=s.eval_batches):
-            tot += float(model(x, y)[1]) * x.shape[0]
-            n += x.shape[0]
-    model.train()
-    return tot / n
-
-
-def train(s: Setup, ds, seed: int, *, steps: int | None = None, policy: str | None = None,
-          element: str = "e4m3", mask=None, recorder_formats=(), max_seconds: float = 0.0):
-    """One run; returns (result dict, trace or None). ``policy=None`` is the fp32 baseline."""
-    steps = steps or s.steps
-    model, opt = build(s, seed)
-    named = eligible_parameters(model)
-    wb = None
+    values = {"model.name": s.model, "train.seq_len": s.seq_len, "train.batch_size": s.batch,
+              "train.lr": s.lr, "train.min_lr_ratio": s.min_lr_frac,
+              "train.warmup_steps": max(1, round(s.warmup_frac * steps)),
+              "train.weight_decay": s.weight_decay, "train.beta1": s.betas[0],
+              "train.beta2": s.betas[1], "train.grad_clip": s.clip, "train.steps": steps,
+              "train.eval_every": steps, "train.eval_batches": 2 * s.eval_batches,
+              "train.ckpt_every": steps, "train.keep_checkpoints": 1, "log.every": 5,
+              "log.progress": False, "precision.preset": "fp32", "seed": seed,
+              "train.threads": s.threads,
+              "run.dir": str(OUT / "runs"), "run.name": name}
     if policy is not None:
-        wb = WritebackOptimizer(opt, named, element=element, policy=policy, mask=mask, seed=seed,
-                                tile_size=s.tile_size, record_every=5, record_tiles=False)
+        values |= {"writeback.policy": policy, "writeback.format": element,
+                   "writeback.tile_size": s.tile_size}
+        if mask_path is not None:
+            values["writeback.mask"] = str(mask_path)
+    return from_sources(overrides=values)
+
+
+def train(s: Setup, seed: int, name: str, *, steps: int | None = None,
+          policy: str | None = None, element: str = "e4m3", mask=None, recorder_formats=(),
+          max_seconds: float = 0.0):
+    """One run through the trainer; returns (result dict, trace or None)."""
+    import shutil
+
+    from snip.train.hooks import RecorderHook
+    from snip.train.loop import Trainer
+
+    steps = steps or s.steps
+    shutil.rmtree(OUT / "runs" / name, ignore_errors=True)
+    mask_path = None
+    if mask is not None:
+        mask_path = mask.save(OUT / "masks" / f"{name}.json")
+    trainer = Trainer(config(s, seed, name, steps, policy, element, mask_path))
+    named = eligible_parameters(trainer.model)
     rec = (ReferenceRecorder(named, formats=recorder_formats, tile_size=s.tile_size,
                              score_steps=s.score_steps, every=5, tiles=False)
            if recorder_formats else None)
-    t0, losses, done = time.perf_counter(), [], 0
-    for step in range(steps):
-        for g in opt.param_groups:
-            g["lr"] = lr_at(s, step)
-        x, y = ds.get_batch("train", s.batch, s.seq_len, step=step + 1_000_000 * seed)
-        opt.zero_grad(set_to_none=True)
-        _, loss = model(x, y)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), s.clip)
-        if wb is not None:
-            wb.step()
-        elif rec is not None:
-            rec.step(opt)
+    if rec is not None:
+        trainer.hooks.append(RecorderHook(rec))
+    if trainer.writeback is not None:
+        trainer.writeback.keep_history = True
+    t0 = time.perf_counter()
+    try:
+        if max_seconds:  # a probe of the step rate: bare steps, no bookkeeping
+            while time.perf_counter() - t0 < max_seconds and trainer.step_count < steps:
+                trainer.step()
+            done, val, losses = trainer.step_count, math.nan, [math.nan]
         else:
-            opt.step()
-        losses.append(float(loss.detach()))
-        done = step + 1
-        if max_seconds and time.perf_counter() - t0 > max_seconds:
-            break
+            result = trainer.run()
+            done, val, losses = result.step, result.val_loss, list(result.losses.values())
+    finally:
+        trainer.close()
     secs = time.perf_counter() - t0
     res = {"seed": seed, "policy": policy or "fp32", "format": element if policy else "fp32",
            "steps": done, "seconds": secs, "steps_per_s": done / secs,
-           "train_loss_last50": float(np.mean(losses[-50:])), "val_loss": val_loss(model, ds, s)}
-    if wb is not None:
+           "train_loss_last50": float(np.mean(losses[-50:])), "val_loss": val}
+    if trainer.writeback is not None:
+        wb = trainer.writeback.wb
         st, fz = measured_series(wb.history)
         res["measured_frozen"] = {"steps": st.tolist(), "frozen": fz.tolist()}
         nm = wb.never_moved()
@@ -154,8 +151,9 @@ def save(name: str, res: dict) -> None:
           f"({res['steps']} steps, {res['seconds']:.0f}s)", flush=True)
 
 
-def probe(s: Setup, ds, seconds: float) -> float:
-    res, _ = train(s, ds, 0, steps=10**6, policy="rne", element="e4m3", max_seconds=seconds)
+def probe(s: Setup, seconds: float) -> float:
+    res, _ = train(s, 0, "probe", steps=10**6, policy="rne", element="e4m3",
+                   max_seconds=seconds)
     return res["steps_per_s"]
 
 
@@ -220,38 +218,36 @@ def main() -> None:
     ap.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
     args = ap.parse_args()
     OUT, FORMATS, ARMS = Path(args.out), tuple(args.formats), tuple(args.arms)
-    torch.set_num_threads(args.threads)
-    from snip.data import load_dataset
-
     t_start = time.perf_counter()
-    ds = load_dataset()
-    base = Setup()
+    base = Setup(threads=args.threads)
     if args.steps:
         steps = args.steps
     else:
-        rate = probe(base, ds, args.probe_s)
+        rate = probe(base, args.probe_s)
         left = args.budget_min * 60 - (time.perf_counter() - t_start)
         per_run = 0.85 * left / n_runs(len(args.seeds))
         steps = max(50, int(rate * per_run))
         print(f"probe: {rate:.1f} steps/s (rne e4m3); {left:.0f}s left -> {steps} steps per run",
               flush=True)
-    s = Setup(steps=steps)
+    s = Setup(steps=steps, threads=args.threads)
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "setup.json").write_text(json.dumps({**asdict(s), "seeds": args.seeds}, indent=1))
     results, traces = {}, {}
     for sd in args.seeds:
-        res, traces[sd] = train(s, ds, sd, recorder_formats=FORMATS)
+        res, traces[sd] = train(s, sd, f"fp32_s{sd}", recorder_formats=FORMATS)
         traces[sd].save(OUT / f"trace_s{sd}.npz")
         results[f"fp32_s{sd}"] = res
         save(f"fp32_s{sd}", res)
-    res, source = train(s, ds, s.source_seed, steps=s.score_steps, recorder_formats=FORMATS)
+    res, source = train(s, s.source_seed, "source", steps=s.score_steps,
+                        recorder_formats=FORMATS)
     source.save(OUT / "source_trace.npz")
     for fmt in FORMATS:
         for sd in args.seeds:
             masks = masks_for(s, source, traces[sd], fmt, sd)
             for arm in ARMS:
                 pol = "selective_master" if arm.startswith("mask") else arm
-                res, _ = train(s, ds, sd, policy=pol, element=fmt, mask=masks.get(arm))
+                res, _ = train(s, sd, f"{fmt}_{arm}_s{sd}", policy=pol, element=fmt,
+                               mask=masks.get(arm))
                 if arm == "rne":
                     tr = traces[sd]
                     m = res["measured_frozen"]

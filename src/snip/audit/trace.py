@@ -155,22 +155,35 @@ class ReferenceRecorder:
     @torch.no_grad()
     def step(self, optimizer: torch.optim.Optimizer, closure=None):
         """Run ``optimizer.step`` and record this step (if due)."""
-        before = [p.detach().clone() for _, p in self.params]
-        grads = [p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)
-                 for _, p in self.params]
+        self.begin()
         loss = optimizer.step(closure)
+        self.end(optimizer)
+        return loss
+
+    @torch.no_grad()
+    def begin(self) -> None:
+        """Before the optimizer update: keep the weights and gradients it starts from (the
+        trainer calls this from a hook, `snip.audit.RecorderHook`)."""
+        self._before = [p.detach().clone() for _, p in self.params]
+        self._grads = [p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)
+                       for _, p in self.params]
+
+    @torch.no_grad()
+    def end(self, optimizer: torch.optim.Optimizer) -> None:
+        """After the update: record this step (if due) against what `begin` kept."""
+        before, grads = self._before, self._grads
+        self._before = self._grads = []
         self.t += 1
         score_now = self.score_steps == 0 or self.t <= self.score_steps
         record_now = self.t % self.every == 0
         if not (score_now or record_now):
-            return loss
+            return
         if record_now:
             self._steps.append(self.t)
             self._lr.append(float(optimizer.param_groups[0]["lr"]))
         for (n, p), w, g in zip(self.params, before, grads, strict=True):
             self._observe(n, w, p.detach() - w, g, score_now, record_now)
         self._scored += int(score_now)
-        return loss
 
     def _observe(self, n: str, w: torch.Tensor, d: torch.Tensor, g: torch.Tensor,
                  score_now: bool, record_now: bool) -> None:

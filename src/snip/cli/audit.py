@@ -54,47 +54,47 @@ def _settings(args: argparse.Namespace) -> dict:
     return {k: getattr(args, k) for k in keys}
 
 
-def _train_section(cfg: dict):
-    """The trainer's settings for ``cfg``: its AdamW (betas 0.9/0.95, no decay on norms and
-    embeddings) and schedule (warm-up over 5 % of the steps, cosine to 10 %)."""
-    from snip.train.config import TrainSection
-
-    return TrainSection(steps=cfg["steps"], batch_size=cfg["batch"], seq_len=cfg["seq_len"],
-                        lr=cfg["lr"], weight_decay=cfg["weight_decay"], min_lr_ratio=0.1,
-                        warmup_steps=max(1, cfg["steps"] // 20), beta1=0.9, beta2=0.95)
-
-
-def _run(cfg: dict, ds, *, fmt: str | None = None, policy: str = "rne",
-         recorder_kw: dict | None = None, tile_size: int = 768):
-    """fp32 reference (fmt None, with a recorder) or a measured low-precision run."""
-    import torch
+def _run(cfg: dict, out: Path, *, fmt: str | None = None, policy: str = "rne",
+         recorder_kw: dict | None = None, tile_size: int = 768, threads: int = 0):
+    """The fp32 reference (fmt None: returns its `ReferenceRecorder`) or a measured run with the
+    weights stored on the ``fmt`` grid (returns the `WritebackOptimizer`, whose history holds
+    the exact invisible-update records), both trained by the one trainer (`snip.train`): its
+    AdamW (betas 0.9/0.95, no decay on norms and embeddings), warm-up over 5 % of the steps and
+    cosine to 10 %, on the embedded corpus. Each is an ordinary run directory under ``out``."""
+    import shutil
 
     from snip.audit import ReferenceRecorder
-    from snip.models import build_model
-    from snip.optim import WritebackOptimizer, eligible_parameters
-    from snip.train.loop import lr_at, make_optimizer
+    from snip.optim import eligible_parameters
+    from snip.train import from_sources
+    from snip.train.hooks import RecorderHook
+    from snip.train.loop import Trainer
 
-    torch.manual_seed(cfg["seed"])
-    model = build_model(cfg["model"])
-    if cfg["seq_len"] > model.config.max_seq_len:
-        raise ValueError(f"--seq-len {cfg['seq_len']} exceeds the {cfg['model']} model's "
-                         f"max_seq_len {model.config.max_seq_len}")
-    t = _train_section(cfg)
-    opt = make_optimizer(model, t)
-    named = eligible_parameters(model)
-    stepper = (ReferenceRecorder(named, **recorder_kw) if fmt is None else
-               WritebackOptimizer(opt, named, element=fmt, policy=policy, seed=cfg["seed"],
-                                  tile_size=tile_size, record_every=recorder_kw["every"],
-                                  record_tiles=recorder_kw["tiles"]))
-    for step in range(cfg["steps"]):
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step, t)
-        x, y = ds.get_batch("train", cfg["batch"], cfg["seq_len"], step=step)
-        opt.zero_grad(set_to_none=True)
-        model(x, y)[1].backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        stepper.step(opt) if fmt is None else stepper.step()
-    return stepper
+    name = "reference" if fmt is None else f"measured_{fmt}"
+    if (out / name / "config.toml").is_file():  # this command's own run from an earlier call
+        shutil.rmtree(out / name)
+    values = {"model.name": cfg["model"], "train.steps": cfg["steps"],
+              "train.batch_size": cfg["batch"], "train.seq_len": cfg["seq_len"],
+              "train.lr": cfg["lr"], "train.weight_decay": cfg["weight_decay"],
+              "train.warmup_steps": max(1, cfg["steps"] // 20), "train.min_lr_ratio": 0.1,
+              "seed": cfg["seed"], "precision.preset": "fp32", "train.eval_every": cfg["steps"],
+              "train.ckpt_every": cfg["steps"], "train.keep_checkpoints": 1,
+              "log.every": recorder_kw["every"], "train.threads": threads,
+              "run.dir": str(out), "run.name": name}
+    if fmt is not None:
+        values |= {"writeback.policy": policy, "writeback.format": fmt,
+                   "writeback.tile_size": tile_size}
+    trainer = Trainer(from_sources(overrides=values))
+    try:
+        if fmt is None:
+            recorder = ReferenceRecorder(eligible_parameters(trainer.model), **recorder_kw)
+            trainer.hooks.append(RecorderHook(recorder))
+        else:
+            trainer.writeback.keep_history = True
+            trainer.writeback.wb.record_tiles = recorder_kw["tiles"]
+        trainer.run()
+    finally:
+        trainer.close()
+    return recorder if fmt is None else trainer.writeback.wb
 
 
 def _plot(trace, fmt: str, measured, path: Path) -> None:
@@ -166,28 +166,24 @@ def _mask(trace, method: str, fraction: float, fmt: str):
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
     from snip.audit import ReferenceTrace
-    from snip.data import load_dataset
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
     rec_kw = {"formats": args.formats, "tile_size": args.tile_size,
               "score_steps": args.score_steps, "every": args.every, "tiles": args.tiles}
     trace = ReferenceTrace.load(args.trace) if args.trace else None  # bad file: nothing written
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     cfg = (trace.meta.get("settings") if trace else None) or _settings(args)
-    ds = load_dataset() if trace is None or not args.no_measure else None
     if trace is None:
-        trace = _run(cfg, ds, recorder_kw=rec_kw).trace(meta={"settings": cfg})
+        trace = _run(cfg, out, recorder_kw=rec_kw, threads=args.threads).trace(
+            meta={"settings": cfg})
     trace.save(out / "trace.npz")
     summary = {"settings": cfg, "formats": {}}
     for fmt in trace.formats:
-        measured = None if args.no_measure else _run(cfg, ds, fmt=fmt, policy=args.policy,
+        measured = None if args.no_measure else _run(cfg, out, fmt=fmt, policy=args.policy,
                                                       recorder_kw=rec_kw,
-                                                      tile_size=trace.tile_size)
+                                                      tile_size=trace.tile_size,
+                                                      threads=args.threads)
         _plot(trace, fmt, measured, out / f"frozen_{fmt}.png")
         summary["formats"][fmt] = _format_summary(trace, fmt, measured)
     if args.mask_out:

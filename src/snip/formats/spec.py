@@ -157,6 +157,8 @@ PRESETS: dict[str, QuantSpec] = {
         _p("fp8_e5m2", "e5m2"),
         _p("fp8_e4m3_tile128", "e4m3", Scaling.BLOCK, block=128, weight_2d=True),
         _p("fp4_e2m1_tile128", "e2m1", Scaling.BLOCK, block=128, weight_2d=True, grad_rounding=_SR),
+        # one fp32 scale per tensor: the harsh FP4 contrast of SNIP's decisive experiment
+        _p("fp4_e2m1_tensor", "e2m1", grad_rounding=_SR),
         _p("mxfp8_e4m3", "e4m3", **_MX),
         _p("mxfp8_e4m3_rceil", "e4m3", **_MX, e8m0_rule=E8M0Rule.RCEIL),
         _p("mxfp8_e5m2", "e5m2", **_MX),

@@ -423,9 +423,13 @@ class Trainer:
 
     # -- the loop --------------------------------------------------------------------------------
 
-    def run(self) -> RunResult:
-        """Train to ``train.steps`` (or Ctrl-C), with the bookkeeping of every step boundary."""
+    def run(self, until: int | None = None) -> RunResult:
+        """Train to ``train.steps`` (or Ctrl-C), with the bookkeeping of every step boundary.
+
+        ``until``: stop after that many steps of the ``train.steps`` schedule instead, with a
+        checkpoint there (a base that branches continue on the same schedule)."""
         cfg, t = self.cfg, self.cfg.train
+        end = t.steps if until is None else min(until, t.steps)
         result = RunResult(run_dir=self.dir, step=self.step_count)
         bar = progress_bar(t.steps, self.step_count, cfg.log.progress and self.dist.is_main)
         for h in self.hooks:
@@ -440,7 +444,7 @@ class Trainer:
         t_start, window_time, window_steps = time.perf_counter(), 0.0, 0
 
         with StopFlag() as stop:
-            while self.step_count < t.steps:
+            while self.step_count < end:
                 r = self.step()
                 done = r.step
                 result.losses[done], result.train_loss, result.step = r.loss, r.loss, done
@@ -458,14 +462,14 @@ class Trainer:
                     window_time, window_steps = 0.0, 0
                 for h in self.hooks:
                     h.after_step(self, r)
-                if done % t.eval_every == 0 or done == t.steps:
+                if done % t.eval_every == 0 or done in (t.steps, end):
                     _keep_eval(result, self.evaluate(bar))
                 if done < t.steps and self.replan(bar):  # no plan that would never run
                     fp4_frac = fp4_flop_fraction(self.plan, self.model)
-                if done % t.ckpt_every == 0 or done == t.steps:
+                if done % t.ckpt_every == 0 or done in (t.steps, end):
                     self.save()
                 if distributed.any_rank(stop.set, self.dist):
-                    if done % t.ckpt_every and done != t.steps:
+                    if done % t.ckpt_every and done not in (t.steps, end):
                         self.save()
                     result.interrupted = True
                     break
@@ -480,11 +484,12 @@ def _keep_eval(result: RunResult, r: EvalResult) -> None:
 
 
 def train(cfg: C.Config, resume: str | Path | None = None, init_from: str | Path | None = None,
-          hooks: Sequence[Hook] = ()) -> RunResult:
-    """Train according to ``cfg`` (resolved, see `config.from_sources`); the final numbers."""
+          hooks: Sequence[Hook] = (), until: int | None = None) -> RunResult:
+    """Train according to ``cfg`` (resolved, see `config.from_sources`); the final numbers.
+    ``until``: stop (with a checkpoint) after that many steps of the schedule."""
     trainer = Trainer(cfg, resume=resume, init_from=init_from, hooks=hooks)
     try:
-        return trainer.run()
+        return trainer.run(until)
     finally:
         trainer.close()
 

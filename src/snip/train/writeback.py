@@ -39,13 +39,15 @@ class Writeback:
     wb: WritebackOptimizer
     policy: str
     last: dict[str, float] = field(default_factory=dict)
+    keep_history: bool = False  # keep every record in ``wb.history`` (`snip audit` reads it)
 
     def step(self, record: bool) -> None:
         """One optimizer step through the wrapper; ``record``: keep the audit of this step."""
         self.wb.record_every = 1 if record else 0  # recording costs syncs: log steps only
         self.wb.step()
-        if record:
-            self.last = summarize(self.wb.history.pop())  # keep nothing: history stays empty
+        if record:  # without keep_history nothing is kept: the history stays empty
+            rec = self.wb.history[-1] if self.keep_history else self.wb.history.pop()
+            self.last = summarize(rec)
 
     def metrics(self) -> dict[str, float]:
         """The last recorded summary (once; empty when this step was not recorded)."""
