@@ -38,6 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
       help="report the share of the reference-to-ARM gap each arm closes (when it resolves)")
     a("--eval-batches", type=int, default=32,
       help="validation batches, spread over the whole split, for every arm's final evaluation")
+    a("--candidates", default="", metavar="PRESETS",
+      help="comma-separated candidate presets of the adaptive arms, high precision first "
+           "(default: the planner's, fp8_e4m3_tile128,fp4_e2m1_tile128)")
     a("--out", default="runs/compare", metavar="DIR", help="output directory")
     a("--threads", type=int, default=0, help="torch CPU threads (0: the trainer's default)")
     a("--resume", metavar="DIR", help="continue the comparison in DIR (its sweep.json)")
@@ -67,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         sweep = Sweep(bases=tuple(args.base), arms=tuple(parse_arms(args.arm)), steps=args.steps,
                       orders=args.orders, reference=args.reference or "", gap=args.gap,
-                      eval_batches=args.eval_batches, out=args.out, threads=args.threads)
+                      eval_batches=args.eval_batches, candidates=args.candidates,
+                      out=args.out, threads=args.threads)
     finished = True if args.summarize else run_sweep(sweep)
     summary = summarize(sweep, reference=args.reference or None, gap=args.gap or None)
     js, md = write_summary(summary)

@@ -53,6 +53,7 @@ class Sweep:
     reference: str = ""
     gap: str = ""
     eval_batches: int = 32
+    candidates: str = ""  # precision.candidates of the adaptive arms ("": the planner's)
     out: str = "runs/compare"
     threads: int = 0
 
@@ -77,14 +78,16 @@ class Sweep:
     def to_dict(self) -> dict[str, Any]:
         return {"bases": list(self.bases), "arms": [a.to_dict() for a in self.arms],
                 "steps": self.steps, "orders": self.orders, "reference": self.reference,
-                "gap": self.gap, "eval_batches": self.eval_batches}
+                "gap": self.gap, "eval_batches": self.eval_batches,
+                "candidates": self.candidates}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], out: str, threads: int = 0) -> Sweep:
         arms = tuple(Arm(**{**a, "kind": Kind(a["kind"])}) for a in d["arms"])
         return cls(bases=tuple(d["bases"]), arms=arms, steps=d["steps"], orders=d["orders"],
                    reference=d["reference"], gap=d.get("gap", ""),
-                   eval_batches=d["eval_batches"], out=out, threads=threads)
+                   eval_batches=d["eval_batches"], candidates=d.get("candidates", ""),
+                   out=out, threads=threads)
 
 
 def load_sweep(out: Path, threads: int = 0) -> Sweep:
@@ -143,6 +146,8 @@ def arm_overrides(sweep: Sweep, base: BaseInfo, order: int, arm: Arm,
         "train.eval_batches": sweep.eval_batches, "log.progress": False, **arm.overrides()}
     if order:
         values["data.order_seed"] = base.order_seed + order
+    if sweep.candidates and arm.kind is Kind.ADAPTIVE:
+        values["precision.candidates"] = sweep.candidates
     if sweep.threads:
         values["train.threads"] = sweep.threads
     return values
