@@ -77,8 +77,8 @@ def test_stored_weights_stay_on_grid_and_rne_freezes():
     _train(m, opt, _data(3))
     for _, p in eligible_parameters(m):
         assert torch.equal(cast(p.detach(), "e4m3"), p.detach())
-    rec = opt.history[-1]["tensors"]["0.weight"]
-    assert rec["frozen"] > 0.9 and rec["never_moved"] > 0.9 and len(rec["tile_frozen"]) == 1
+    rec = opt.history[-1].tensors["0.weight"]
+    assert rec.frozen > 0.9 and rec.never_moved > 0.9 and len(rec.tile_frozen) == 1
 
 
 def test_stochastic_writeback_is_unbiased():

@@ -17,6 +17,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from snip.optim.writeback import StepRecord
+
 
 def first_crossing(steps: Sequence[int], frozen: Sequence[float], threshold: float = 0.5,
                    permanent: bool = False) -> int | None:
@@ -29,17 +31,18 @@ def first_crossing(steps: Sequence[int], frozen: Sequence[float], threshold: flo
     return int(np.asarray(steps)[hits[0]]) if hits.size else None
 
 
-def measured_series(history: Sequence[dict], name: str | None = None,
+def measured_series(history: Sequence[StepRecord], name: str | None = None,
                     key: str = "frozen") -> tuple[np.ndarray, np.ndarray]:
-    """``(steps, values)`` of one tensor, or the numel-weighted mean over tensors."""
-    steps = np.array([h["step"] for h in history], dtype=np.int64)
+    """``(steps, values)`` of one tensor's ``key`` field (of its `TensorRecord`), or the
+    numel-weighted mean over tensors."""
+    steps = np.array([h.step for h in history], dtype=np.int64)
     if name is not None:
-        return steps, np.array([h["tensors"][name][key] for h in history])
+        return steps, np.array([getattr(h.tensors[name], key) for h in history])
     vals = []
     for h in history:
-        t = h["tensors"].values()
-        n = sum(r["numel"] for r in t)
-        vals.append(sum(r[key] * r["numel"] for r in t) / max(n, 1))
+        t = h.tensors.values()
+        n = sum(r.numel for r in t)
+        vals.append(sum(getattr(r, key) * r.numel for r in t) / max(n, 1))
     return steps, np.array(vals)
 
 

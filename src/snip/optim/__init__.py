@@ -27,12 +27,13 @@ from snip.optim.policies import (
     as_policy,
     make_policy,
 )
-from snip.optim.writeback import StateFormat, WritebackOptimizer
+from snip.optim.writeback import StateFormat, StepRecord, TensorRecord, WritebackOptimizer
 
 __all__ = [
     "DEFAULT_TILE_SIZE", "ECOPolicy", "MasterPolicy", "Policy", "RNEPolicy",
     "SelectiveMasterPolicy",
-    "StateFormat", "StochasticPolicy", "StorageGrid", "TileMask", "WritebackConfig",
+    "StateFormat", "StepRecord", "StochasticPolicy", "StorageGrid", "TensorRecord", "TileMask",
+    "WritebackConfig",
     "WritebackOptimizer", "WritebackPolicy", "as_policy", "build", "eligible_parameters",
     "full_mask", "make_policy", "num_tiles", "tile_lengths", "tile_means",
 ]

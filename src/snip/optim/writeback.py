@@ -79,6 +79,33 @@ def _named(params: Iterable) -> list[tuple[str, torch.Tensor]]:
     return out
 
 
+@dataclass(frozen=True)
+class TensorRecord:
+    """The write-back audit of one managed tensor at one step.
+
+    ``frozen``: share of its coordinates whose stored value did not change (the exact
+    invisible-update event ``Q(q + d) == q``); ``never_moved``: share that never changed since
+    wrapping; the norms of the update ``d``, the new stored weights and the gradient;
+    ``tile_frozen``: per-tile frozen fractions (with ``record_tiles``)."""
+
+    numel: int
+    frozen: float
+    never_moved: float
+    d_norm: float
+    w_norm: float
+    g_norm: float
+    tile_frozen: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One recorded optimizer step: its number (steps completed), learning rate and tensors."""
+
+    step: int
+    lr: float
+    tensors: dict[str, TensorRecord]
+
+
 class WritebackOptimizer:
     """Wrap ``optimizer`` so that ``params`` are stored on ``element``'s grid; see module doc.
 
@@ -112,7 +139,7 @@ class WritebackOptimizer:
         self.slots = [Slot(name=n, param=p) for n, p in named]
         self.moved = {n: torch.zeros(p.shape, dtype=torch.bool, device=p.device) for n, p in named}
         self.step_count = 0
-        self.history: list[dict] = []
+        self.history: list[StepRecord] = []
         with torch.no_grad():
             for s in self.slots:
                 self.policy.setup(s, self.grid)
@@ -163,18 +190,16 @@ class WritebackOptimizer:
             self._round_states()
         if rec:
             lr = float(self.optimizer.param_groups[0]["lr"])
-            self.history.append({"step": self.step_count, "lr": lr, "tensors": tensors})
+            self.history.append(StepRecord(step=self.step_count, lr=lr, tensors=tensors))
         return loss
 
     def _record(self, name: str, frozen: torch.Tensor, d: torch.Tensor, g: torch.Tensor | None,
-                w: torch.Tensor) -> dict:
-        out = {"frozen": float(frozen.float().mean()), "numel": frozen.numel(),
-               "never_moved": 1.0 - float(self.moved[name].float().mean()),
-               "d_norm": float(d.norm()), "w_norm": float(w.norm()),
-               "g_norm": float(g.norm()) if g is not None else 0.0}
-        if self.record_tiles:
-            out["tile_frozen"] = tile_means(frozen.float(), self.tile_size).float()
-        return out
+                w: torch.Tensor) -> TensorRecord:
+        tiles = tile_means(frozen.float(), self.tile_size).float() if self.record_tiles else None
+        return TensorRecord(numel=frozen.numel(), frozen=float(frozen.float().mean()),
+                            never_moved=1.0 - float(self.moved[name].float().mean()),
+                            d_norm=float(d.norm()), w_norm=float(w.norm()),
+                            g_norm=float(g.norm()) if g is not None else 0.0, tile_frozen=tiles)
 
     def _round_states(self) -> None:
         for s in self.slots:

@@ -17,10 +17,10 @@ import hashlib
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
+from snip.data import TokenDataset
 from snip.train.config import DataSection
 
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -28,7 +28,7 @@ Batch = tuple[torch.Tensor, torch.Tensor]
 
 @dataclass
 class Batches:
-    dataset: Any  # snip.data.TokenDataset
+    dataset: TokenDataset
     vocab_size: int
     tokenizer: str
 
@@ -51,7 +51,7 @@ def open_data(cfg: DataSection, seed: int) -> Batches:
     return Batches(dataset=ds, vocab_size=ds.vocab_size, tokenizer=_tokenizer_id(ds))
 
 
-def _tokenizer_id(ds: Any) -> str:
+def _tokenizer_id(ds: TokenDataset) -> str:
     """A short name that changes whenever the token ids would mean something else."""
     if ds.tokenizer is None:
         return f"pretokenized:{ds.vocab_size}"

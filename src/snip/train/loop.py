@@ -47,6 +47,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from tqdm import tqdm
 
 from snip.models import build_model, get_config
 from snip.nn import convert, qlinear_layers
@@ -372,7 +373,7 @@ class Trainer:
 
     # -- step boundary ---------------------------------------------------------------------------
 
-    def evaluate(self, bar: Any = None) -> EvalResult:
+    def evaluate(self, bar: tqdm | None = None) -> EvalResult:
         """Validate now (with the plan and in high precision), log it and tell the hooks."""
         r = evaluate(self.model, self.eval_data, self.device, self.step_count, self.cfg.train.bf16)
         self.log.log("eval", r.step, val_loss=r.loss, val_loss_hp=r.loss_hp, ppl=r.ppl)
@@ -383,7 +384,7 @@ class Trainer:
             h.on_eval(self, r)
         return r
 
-    def record_plan(self, previous: PrecisionPlan | None, bar: Any = None) -> float:
+    def record_plan(self, previous: PrecisionPlan | None, bar: tqdm | None = None) -> float:
         """Save the plan in force from now on; returns its FP4-FLOP fraction."""
         step = self.step_count
         full = explicit(self.plan, self.model, step)
@@ -399,7 +400,7 @@ class Trainer:
                           f"{frac:.3f}, {changes} GEMM formats changed")
         return frac
 
-    def replan(self, bar: Any = None) -> bool:
+    def replan(self, bar: tqdm | None = None) -> bool:
         """Ask the controller for a plan now; apply and record it if there is one."""
         if self.controller is None:
             return False

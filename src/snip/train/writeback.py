@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from snip.optim import WritebackOptimizer
+from snip.optim import StepRecord, WritebackOptimizer
 from snip.train import config as C
 
 
@@ -62,12 +62,12 @@ class Writeback:
         self.wb.load_state_dict({"optimizer": optimizer_state, "writeback": state})
 
 
-def summarize(record: dict) -> dict[str, float]:
+def summarize(record: StepRecord) -> dict[str, float]:
     """Numel-weighted frozen and never-moved fractions of one ``wb.history`` record."""
-    tensors = record["tensors"].values()
-    total = sum(t["numel"] for t in tensors)
-    return {"writeback_frozen": sum(t["frozen"] * t["numel"] for t in tensors) / total,
-            "writeback_never_moved": sum(t["never_moved"] * t["numel"] for t in tensors) / total}
+    tensors = record.tensors.values()
+    total = sum(t.numel for t in tensors)
+    return {"writeback_frozen": sum(t.frozen * t.numel for t in tensors) / total,
+            "writeback_never_moved": sum(t.never_moved * t.numel for t in tensors) / total}
 
 
 def attach(section: C.WritebackSection, model: nn.Module, optimizer: torch.optim.Optimizer,
