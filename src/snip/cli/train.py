@@ -26,8 +26,6 @@ _UNKNOWN = "_unknown_options"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from snip.train.config import leaves
-
     parser.add_argument("--config", metavar="FILE", help="TOML config file (flags override it)")
     parser.add_argument("--resume", metavar="RUN_DIR",
                         help="continue runs/NAME from its newest checkpoint, or from the given "
@@ -36,7 +34,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--init-from", metavar="CHECKPOINT",
                         help="branch a new run (its own run.name and settings, defaults: the "
                              "parent's) from a checkpoint's weights, optimizer state and step")
+    add_config_options(parser)
+    _collect_unknown_options(parser)
+
+
+def add_config_options(parser: argparse.ArgumentParser, sections: tuple[str, ...] = ()) -> None:
+    """A ``--section.key`` flag for every config option (only those ``sections`` if given),
+    with its help and default; `config_overrides` reads them back."""
+    from snip.train.config import leaves
+
     for leaf in leaves():
+        if sections and leaf.key.split(".")[0] not in sections:
+            continue
         kind = "BOOL" if leaf.type is bool else leaf.type.__name__.upper()
         default = f"{leaf.default!r}" if leaf.type is str else str(leaf.default).lower() \
             if leaf.type is bool else str(leaf.default)
@@ -45,7 +54,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             metavar=kind, nargs="?" if leaf.type is bool else None,
             const="true" if leaf.type is bool else None,
             help=f"{leaf.help} (default: {default})".replace("%", "%%"))
-    _collect_unknown_options(parser)
+
+
+def config_overrides(args: argparse.Namespace) -> dict[str, object]:
+    """The config options given on the command line, as dotted keys."""
+    return {k[len(_PREFIX):]: v for k, v in vars(args).items() if k.startswith(_PREFIX)}
 
 
 def _collect_unknown_options(parser: argparse.ArgumentParser) -> None:
@@ -76,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
 
     if getattr(args, _UNKNOWN, None):
         raise _unknown_option_error(getattr(args, _UNKNOWN))
-    overrides = {k[len(_PREFIX):]: v for k, v in vars(args).items() if k.startswith(_PREFIX)}
+    overrides = config_overrides(args)
     cfg = from_sources(args.config, overrides, args.resume, args.init_from)
     try:
         result = train(cfg, resume=args.resume, init_from=args.init_from)

@@ -49,13 +49,13 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from snip.models import build_model, get_config
+from snip.models import ModelConfig, build_model, get_config
 from snip.nn import convert, qlinear_layers
 from snip.plan import PrecisionPlan, fp4_flop_fraction
 from snip.train import checkpoint, distributed
 from snip.train import config as C
 from snip.train import writeback as wb
-from snip.train.batches import Batch, open_data
+from snip.train.batches import Batch, Batches, open_data
 from snip.train.evaluation import EvalResult, autocast, evaluate
 from snip.train.metrics import MetricsLog, progress_bar, truncate_after
 from snip.train.precision import explicit, initial_plan, make_controller
@@ -199,6 +199,13 @@ class StopFlag:
             signal.signal(signal.SIGINT, self._previous)
 
 
+def model_config(cfg: C.Config, data: Batches) -> ModelConfig:
+    """The model of ``cfg`` sized for the data's vocabulary and the run's sequence length."""
+    base = get_config(cfg.model.name)
+    return get_config(cfg.model.name, vocab_size=data.vocab_size,
+                      max_seq_len=max(cfg.train.seq_len, base.max_seq_len))
+
+
 def run_dir_for(cfg: C.Config) -> Path:
     return Path(cfg.run.dir) / cfg.run.name
 
@@ -231,10 +238,9 @@ class Trainer:
         self.branched = init_from is not None
         # A branch with the parent's precision settings continues its plan and controller.
         inherit = ckpt is not None and (not self.branched or saved.precision == cfg.precision)
-        model_cfg = get_config(cfg.model.name, vocab_size=self.data.vocab_size,
-                               max_seq_len=max(t.seq_len, get_config(cfg.model.name).max_seq_len))
+        model_cfg = model_config(cfg, self.data)
         if ckpt is not None:
-            _check_compatible(ckpt, model_cfg.to_dict(), self.data.tokenizer, flag)
+            check_compatible(ckpt, model_cfg.to_dict(), self.data.tokenizer, flag)
         history = _history(cfg, saved, ckpt) if resume is not None else []
 
         torch.manual_seed(cfg.seed)  # identical init on every rank
@@ -505,7 +511,7 @@ def _check_batch_split(t: C.TrainSection, dist: distributed.DistInfo) -> None:
                          f" x world size = {t.grad_accum} x {dist.world_size}")
 
 
-def _check_compatible(ckpt: checkpoint.Checkpoint, model: dict, tokenizer: str,
+def check_compatible(ckpt: checkpoint.Checkpoint, model: dict, tokenizer: str,
                       flag: str) -> None:
     saved = ckpt.meta.get("model", {})
     # max_seq_len only bounds the input length (RoPE has no position weights): not a shape.

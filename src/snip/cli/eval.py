@@ -1,0 +1,53 @@
+"""``snip eval``: validation loss and perplexity of a checkpoint, with its plan and in fp32.
+
+    snip eval runs/NAME                                   # its newest checkpoint, its data
+    snip eval runs/NAME/checkpoints/step_000400 --data.path other.txt --train.eval_batches 64
+    snip eval runs/NAME --precision.preset mxfp4          # the same weights, run in MXFP4
+
+Prints one line per loss and writes nothing (``--json FILE`` saves the numbers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+COMMAND = "eval"
+HELP = "validation loss/perplexity of a checkpoint, quantized (its plan) and in high precision"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from snip.cli.train import add_config_options
+
+    parser.add_argument("run", metavar="RUN", help="run directory (its newest checkpoint) or a "
+                                                  "checkpoint directory")
+    parser.add_argument("--json", metavar="FILE", help="also write the numbers as JSON")
+    add_config_options(parser, ("data", "precision"))
+    parser.add_argument("--train.eval_batches", dest="cfg:train.eval_batches",
+                        default=argparse.SUPPRESS, metavar="INT",
+                        help="validation batches spread over the split (default: the run's)")
+    parser.add_argument("--train.device", dest="cfg:train.device", default=argparse.SUPPRESS,
+                        metavar="STR", help="cpu, cuda, cuda:N or auto (default: the run's)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from snip.cli.train import config_overrides
+    from snip.train.inference import load
+
+    loaded = load(Path(args.run), config_overrides(args))
+    r = loaded.evaluate()
+    precision = loaded.precision
+    windows = loaded.cfg.train.eval_batches
+    print(f"{loaded.path} (step {loaded.step}), {windows} strided validation batches of "
+          f"{loaded.cfg.data.path or 'the embedded corpus'}:")
+    print(f"  quantized ({precision}): loss {r.loss:.4f}  ppl {r.ppl:.3f}")
+    print(f"  high precision (fp32):   loss {r.loss_hp:.4f}  "
+          f"ppl {math.exp(min(r.loss_hp, 50)):.3f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            "checkpoint": str(loaded.path), "step": loaded.step, "val_loss": r.loss,
+            "val_loss_hp": r.loss_hp, "ppl": r.ppl, "eval_batches": windows,
+            "data": loaded.cfg.data.path, "precision": precision}, indent=1) + "\n")
+    return 0

@@ -1,0 +1,43 @@
+"""``snip sample``: generate text from a checkpoint, in its plan or any other precision.
+
+    snip sample runs/NAME --prompt "def main(" --tokens 200
+    snip sample runs/NAME --temperature 0 --precision.preset nvfp4   # greedy, in NVFP4
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+COMMAND = "sample"
+HELP = "generate text from a checkpoint (with its plan or another precision)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from snip.cli.train import add_config_options
+
+    parser.add_argument("run", metavar="RUN", help="run directory (its newest checkpoint) or a "
+                                                  "checkpoint directory")
+    parser.add_argument("--prompt", default="\n", help="text to continue")
+    parser.add_argument("--tokens", type=int, default=200, help="tokens to generate")
+    parser.add_argument("--temperature", type=float, default=0.8,
+                        help="sampling temperature (0: greedy)")
+    parser.add_argument("--top-k", type=int, default=0, help="sample among the k most likely "
+                                                            "tokens only (0: all)")
+    parser.add_argument("--seed", type=int, default=0, help="sampling seed")
+    add_config_options(parser, ("precision",))
+
+
+def run(args: argparse.Namespace) -> int:
+    from snip.cli.train import config_overrides
+    from snip.errors import UserError
+    from snip.train.inference import load
+
+    if args.tokens < 1 or args.temperature < 0 or args.top_k < 0:
+        raise UserError(f"--tokens ({args.tokens}) must be >= 1, --temperature "
+                        f"({args.temperature}) and --top-k ({args.top_k}) >= 0")
+    loaded = load(Path(args.run), config_overrides(args))
+    text = loaded.sample(args.prompt, tokens=args.tokens, temperature=args.temperature,
+                         top_k=args.top_k, seed=args.seed)
+    print(args.prompt + text)
+    return 0

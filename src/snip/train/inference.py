@@ -1,0 +1,102 @@
+"""A trained model back from a checkpoint, for evaluation and generation (`snip eval`, `sample`).
+
+    loaded = load(Path("runs/NAME"), {"precision.preset": "mxfp4"})
+    loaded.evaluate(batches=32)          # EvalResult: loss with the plan, and high precision
+    loaded.sample("def ", tokens=64)     # text
+
+The run's own settings come from the checkpoint's ``config.toml``; ``overrides`` may point the
+evaluation at another corpus (``data.path``; it must use the run's tokenizer) or run it in
+another precision (``precision.preset`` or ``precision.plan``; otherwise the checkpoint's plan).
+Nothing is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from snip.errors import UserError
+from snip.models import build_model
+from snip.nn import convert
+from snip.plan import PrecisionPlan
+from snip.train import checkpoint
+from snip.train import config as C
+from snip.train.batches import Batches, open_data
+from snip.train.evaluation import EvalResult, autocast, evaluate
+from snip.train.loop import check_compatible, model_config, order_seed, pick_device
+from snip.train.precision import initial_plan
+
+
+@dataclass
+class Loaded:
+    """A checkpoint's model in its plan (or the one asked for), with the run's data."""
+
+    cfg: C.Config
+    model: nn.Module
+    data: Batches
+    plan: PrecisionPlan
+    step: int
+    path: Path
+    device: torch.device
+    precision: str  # "its plan", or the preset / plan file asked for
+
+    def evaluate(self, batches: int | None = None) -> EvalResult:
+        """Both validation losses on ``batches`` strided windows (default: the run's)."""
+        t = self.cfg.train
+        windows = list(self.data.eval_batches(t.batch_size // t.grad_accum, t.seq_len,
+                                              batches or t.eval_batches))
+        return evaluate(self.model, windows, self.device, self.step, t.bf16)
+
+    @torch.no_grad()
+    def sample(self, prompt: str, tokens: int = 200, temperature: float = 0.8, top_k: int = 0,
+               seed: int = 0) -> str:
+        """Continue ``prompt`` by ``tokens`` tokens (temperature 0: greedy)."""
+        tok = self.data.dataset.tokenizer
+        if tok is None:
+            raise UserError("this run was trained on pre-tokenized .bin data: there is no "
+                              "tokenizer to turn text into tokens and back")
+        ids = tok.encode(prompt) or [0]
+        gen = torch.Generator(device=self.device).manual_seed(seed)
+        x = torch.tensor([ids], device=self.device)
+        self.model.eval()
+        for _ in range(tokens):
+            ctx = x[:, -self.model.config.max_seq_len:]
+            with autocast(self.device, self.cfg.train.bf16):
+                logits, _ = self.model(ctx)
+            logits = logits[0, -1].float()
+            if temperature <= 0:
+                nxt = logits.argmax().view(1)
+            else:
+                logits = logits / temperature
+                if top_k:
+                    kth = torch.topk(logits, min(top_k, logits.numel())).values[-1]
+                    logits = logits.masked_fill(logits < kth, -float("inf"))
+                nxt = torch.multinomial(torch.softmax(logits, -1), 1, generator=gen)
+            x = torch.cat([x, nxt.view(1, 1)], dim=1)
+        return tok.decode(x[0, len(ids):].tolist())
+
+
+def load(source: Path, overrides: Mapping[str, Any] | None = None,
+         flag: str = "RUN") -> Loaded:
+    """The model of ``source`` (a run directory: its newest checkpoint; or a checkpoint)."""
+    path = checkpoint.find(Path(source), flag)
+    overrides = dict(overrides or {})
+    cfg = C.from_sources(overrides={"run.name": "inference", **overrides}, init_from=path)
+    device = pick_device(cfg.train.device)
+    data = open_data(cfg.data, order_seed(cfg))
+    ckpt = checkpoint.load(path)
+    mcfg = model_config(cfg, data)
+    check_compatible(ckpt, mcfg.to_dict(), data.tokenizer, flag)
+    own = not any(k.startswith("precision.") for k in overrides)
+    plan = PrecisionPlan.from_dict(ckpt.plan) if own else initial_plan(cfg.precision)
+    model = convert(build_model(mcfg).to(device), plan)
+    ckpt.load_weights(model)
+    plan.apply(model)
+    label = "its plan" if own else cfg.precision.preset or Path(cfg.precision.plan).name
+    return Loaded(cfg=cfg, model=model, data=data, plan=plan, step=ckpt.step, path=path,
+                  device=device, precision=label)
