@@ -47,7 +47,7 @@ def test_budget_met_exactly_when_reachable() -> None:
     assert plan.meta["achieved"]["fp4_flop_fraction"] == pytest.approx(0.75)
 
 
-@pytest.mark.parametrize("method", [m.value for m in Method])
+@pytest.mark.parametrize("method", [m.value for m in Method if m is not Method.ORACLE])
 @pytest.mark.parametrize("budget", [0.0, 0.5, 0.75, 0.8, 1.0])
 def test_every_method_meets_budget(method: str, budget: float) -> None:
     t = synthetic_table(4, TWO, seed=3)
@@ -61,10 +61,11 @@ def test_ilp_never_worse_than_baselines() -> None:
     t = synthetic_table(6, TWO, seed=5)
     best = solve(t, 0.75).meta["objective"]
     for m in Method:
-        assert best <= solve(t, 0.75, method=m).meta["objective"] + 1e-12
+        if m is not Method.ORACLE:
+            assert best <= solve(t, 0.75, method=m).meta["objective"] + 1e-12
 
 
-def test_baselines_least_overshoot() -> None:
+def test_baselines_hit_the_budget_when_the_ilp_does() -> None:
     t = synthetic_table(8, TWO, seed=2, shapes={"wq": (128, 128)})
     for m in ("layer_id", "layer_type", "min_rel_err", "random"):
         assert solve(t, 0.75, method=m).meta["achieved"]["fp4_flop_fraction"] == pytest.approx(0.75)
