@@ -183,6 +183,112 @@ def _solve_knapsack_dp(c: np.ndarray, w: np.ndarray, need: int) -> np.ndarray | 
     return y
 
 
+def solve_mckp_dp(cost: np.ndarray, weight: np.ndarray, allowed: np.ndarray,
+                  cap: int) -> np.ndarray | None:
+    """Exact multiple-choice knapsack with one resource: ``argmin sum_u cost[u, p_u]`` subject
+    to ``sum_u weight[u, p_u] <= cap`` over the ``allowed`` options (``None``: infeasible).
+
+    Each unit's lightest option is taken as its base, so the table only spans the *extra*
+    weight ``cap - sum_u min_p weight[u, p]``; ``best[c]`` is the least cost with at most ``c``
+    extra, one ``uint8`` argmin row per unit is kept for backtracking.
+    """
+    n, k = cost.shape
+    w = np.where(allowed, weight, np.iinfo(np.int64).max // 4)
+    base = w.min(1)
+    room = int(cap - base.sum())
+    if room < 0:
+        return None
+    extra = w - base[:, None]
+    best = np.zeros(room + 1)
+    arg = np.zeros((n, room + 1), dtype=np.uint8)
+    for u in range(n):
+        opts = sorted((int(extra[u, p]), p) for p in range(k) if allowed[u, p]
+                      and extra[u, p] <= room)
+        e0, p0 = opts[0]  # e0 == 0: the lightest option fits everywhere
+        new = best + cost[u, p0]
+        arg[u].fill(p0)
+        for e, p in opts[1:]:
+            cand = best[:room + 1 - e] + cost[u, p]
+            mask = cand < new[e:]
+            np.copyto(new[e:], cand, where=mask)
+            np.copyto(arg[u, e:], p, where=mask)
+        best = new
+    choice = np.zeros(n, dtype=int)
+    c = room
+    for u in range(n - 1, -1, -1):
+        p = int(arg[u, c])
+        choice[u] = p
+        c -= int(extra[u, p])
+    return choice
+
+
+def _time_scale(problem: Problem) -> int | None:
+    """Smallest integer ``L`` making every candidate's ``L / speed`` integral (``None``: none
+    up to 720, e.g. irrational speeds)."""
+    speeds = [problem.budget.profile.speed(c) for c in problem.candidates]
+    for scale in range(1, 721):
+        if all(abs(scale / s - round(scale / s)) < 1e-9 for s in speeds):
+            return scale
+    return None
+
+
+def _resource_dp(problem: Problem, allowed: np.ndarray, resource: str) -> np.ndarray | None:
+    """Exact DP over one budget resource (``"time"`` or ``"fp4"``), ignoring the others and
+    stages > 1 handled stage by stage; ``None`` when the integer table would be too large."""
+    b = problem.budget
+    flops = problem.flops
+    if not len(flops) or np.any(flops != np.round(flops)) or flops.max() > 2**62:
+        return None
+    g = int(np.gcd.reduce(np.round(flops).astype(np.int64)))
+    units = np.round(flops).astype(np.int64) // g
+    if resource == "time":
+        scale = _time_scale(problem)
+        if scale is None:
+            return None
+        speeds = np.array([b.profile.speed(c) for c in problem.candidates])
+        weight = units[:, None] * np.round(scale / speeds).astype(np.int64)[None, :]
+    else:  # FP4 deficit: FLOPs not in a 4-bit format, at most (1 - r) of the total
+        scale = 1
+        fp4 = np.round(problem.fp4 / g).astype(np.int64)
+        weight = units[:, None] - fp4
+    choice = np.zeros(len(units), dtype=int)
+    for s in range(problem.n_stages):
+        rows = np.flatnonzero(problem.stage == s)
+        total = int(units[rows].sum()) * scale
+        if resource == "time":
+            cap = int(np.floor(b.relative_time * total + 1e-9 * max(total, 1)))
+        else:
+            cap = int(np.floor((1.0 - b.fp4_fraction) * total + 1e-9 * max(total, 1)))
+        room = cap - int(np.where(allowed[rows], weight[rows], 2**60).min(1).sum())
+        if room >= 0 and len(rows) * (room + 1) > _DP_MAX_CELLS:
+            return None
+        got = solve_mckp_dp(problem.cost[rows], weight[rows], allowed[rows], cap)
+        if got is None:
+            raise ValueError(infeasible_message(problem))
+        choice[rows] = got
+    return choice
+
+
+def _solve_dp(problem: Problem) -> np.ndarray | None:
+    """The exact DP paths for time and combined FP4 + time budgets (no memory cap).
+
+    A time-only budget is one multiple-choice knapsack per stage.  With both an FP4 target and
+    a time limit, each constraint is dropped in turn and the other solved exactly: an optimum
+    of the relaxation that also meets the dropped constraint is optimal for both.  When both
+    constraints bind, ``None`` (the MILP decides)."""
+    b = problem.budget
+    if b.memory_bytes is not None or b.relative_time is None:
+        return None
+    keep = ~dominated(problem)
+    keep[np.arange(len(keep)), keep.argmax(1)] = True
+    resources = ["time"] if b.fp4_fraction is None else ["time", "fp4"]
+    for resource in resources:
+        choice = _resource_dp(problem, keep, resource)
+        if choice is not None and not problem.violations(choice):
+            return choice
+    return None
+
+
 def solve_ilp(problem: Problem, *, time_limit: float = 60.0, use_dp: bool = True) -> np.ndarray:
     """Optimal candidate index per unit; ``ValueError`` when the budget cannot be met.
 
@@ -203,6 +309,10 @@ def solve_ilp(problem: Problem, *, time_limit: float = 60.0, use_dp: bool = True
     k = problem.cost.shape[1]
     nudge = 1e-12 * (1.0 + np.abs(problem.cost).max()) * np.arange(k)[None, :]
     c = cols.delta(problem.cost + nudge)
+    if use_dp and problem.budget.relative_time is not None:
+        choice = _solve_dp(problem)
+        if choice is not None:
+            return choice
     knapsack = _knapsack_weights(problem, cols) if use_dp else None
     if knapsack is not None:
         y = _solve_knapsack_dp(c, *knapsack)
