@@ -354,3 +354,14 @@ def solve_brute_force(problem: Problem) -> np.ndarray:
     if best is None:
         raise ValueError(infeasible_message(problem))
     return best
+
+
+def never_chosen(problem: Problem) -> dict[str, str]:
+    """Candidates that no optimal plan uses on any unit (dominated everywhere), with why."""
+    dom = dominated(problem)
+    out = {}
+    for p, name in enumerate(problem.candidates):
+        if len(dom) and dom[:, p].all():
+            out[name] = ("another candidate is as accurate in the table and at least as good "
+                         "on every active budget resource, for every unit")
+    return out
