@@ -199,26 +199,28 @@ def solve_mckp_dp(cost: np.ndarray, weight: np.ndarray, allowed: np.ndarray,
     if room < 0:
         return None
     extra = w - base[:, None]
-    best = np.zeros(room + 1)
+    # arg[u, c] is the rank of the option chosen (0 = the unit's lightest), in ``ranked[u]``
+    ranked = [sorted((int(extra[u, p]), p) for p in range(k) if allowed[u, p]
+                     and extra[u, p] <= room) for u in range(n)]
+    best, new = np.zeros(room + 1), np.empty(room + 1)
+    tmp, mask = np.empty(room + 1), np.empty(room + 1, dtype=bool)
     arg = np.zeros((n, room + 1), dtype=np.uint8)
     for u in range(n):
-        opts = sorted((int(extra[u, p]), p) for p in range(k) if allowed[u, p]
-                      and extra[u, p] <= room)
-        e0, p0 = opts[0]  # e0 == 0: the lightest option fits everywhere
-        new = best + cost[u, p0]
-        arg[u].fill(p0)
-        for e, p in opts[1:]:
-            cand = best[:room + 1 - e] + cost[u, p]
-            mask = cand < new[e:]
-            np.copyto(new[e:], cand, where=mask)
-            np.copyto(arg[u, e:], p, where=mask)
-        best = new
+        opts = ranked[u]
+        np.add(best, cost[u, opts[0][1]], out=new)  # opts[0][0] == 0: fits everywhere
+        for r, (e, p) in enumerate(opts[1:], start=1):
+            m = room + 1 - e
+            np.add(best[:m], cost[u, p], out=tmp[:m])
+            np.less(tmp[:m], new[e:], out=mask[:m])
+            np.copyto(new[e:], tmp[:m], where=mask[:m])
+            np.copyto(arg[u, e:], r, where=mask[:m])
+        best, new = new, best
     choice = np.zeros(n, dtype=int)
     c = room
     for u in range(n - 1, -1, -1):
-        p = int(arg[u, c])
+        e, p = ranked[u][int(arg[u, c])]
         choice[u] = p
-        c -= int(extra[u, p])
+        c -= e
     return choice
 
 
