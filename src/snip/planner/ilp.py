@@ -271,6 +271,42 @@ def _resource_dp(problem: Problem, allowed: np.ndarray, resource: str) -> np.nda
     return choice
 
 
+def _slack_first(problem: Problem) -> list[str]:
+    """For an FP4 + time budget: the resources worth a relaxation DP, most promising first.
+
+    The LP relaxation (milliseconds) tells which constraints bind: dropping one with a zero
+    dual is likely to leave the other's DP optimum feasible; when both duals are non-zero both
+    relaxations almost surely fail, so none is tried (only a speed heuristic: any DP answer is
+    still verified against both constraints)."""
+    cols = _Columns.of(problem)
+    if not len(cols.unit):
+        return ["time", "fp4"]
+    blocks, b_ub, kinds = [], [], []
+    for row in _at_most_one_move(cols):  # y >= 0 already: only the upper side
+        blocks.append(row.A)
+        b_ub.append(np.broadcast_to(row.ub, row.A.shape[0]))
+        kinds += ["move"] * row.A.shape[0]
+    for row in _budget_rows(problem, cols, 0.0):  # one row each: >= is fp4, <= is time
+        fp4 = np.isfinite(row.lb).all()
+        blocks.append(-row.A if fp4 else row.A)
+        b_ub.append(np.atleast_1d(-row.lb if fp4 else row.ub).astype(float))
+        kinds.append("fp4" if fp4 else "time")
+    from scipy.optimize import linprog
+    from scipy.sparse import vstack
+
+    res = linprog(cols.delta(problem.cost), A_ub=vstack(blocks).tocsr(),
+                  b_ub=np.concatenate(b_ub),
+                  bounds=(0, 1), method="highs")
+    if res.status != 0:
+        return ["time", "fp4"]
+    duals = np.abs(res.ineqlin.marginals)
+    tight = {r: bool(np.any(duals[np.array(kinds) == r] > 1e-12)) for r in ("time", "fp4")}
+    if tight["time"] and tight["fp4"]:
+        return []
+    # drop the slack constraint: solve the DP of the binding one first
+    return ["fp4", "time"] if tight["fp4"] else ["time", "fp4"]
+
+
 def _solve_dp(problem: Problem) -> np.ndarray | None:
     """The exact DP paths for time and combined FP4 + time budgets (no memory cap).
 
@@ -283,7 +319,7 @@ def _solve_dp(problem: Problem) -> np.ndarray | None:
         return None
     keep = ~dominated(problem)
     keep[np.arange(len(keep)), keep.argmax(1)] = True
-    resources = ["time"] if b.fp4_fraction is None else ["time", "fp4"]
+    resources = ["time"] if b.fp4_fraction is None else _slack_first(problem)
     for resource in resources:
         choice = _resource_dp(problem, keep, resource)
         if choice is not None and not problem.violations(choice):
