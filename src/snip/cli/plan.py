@@ -1,44 +1,97 @@
-"""``snip plan``: a precision plan from a saved checkpoint (statistics -> metrics -> ILP).
+"""``snip plan``: a precision plan from a saved checkpoint or a measured sensitivity table.
 
-    snip plan --checkpoint runs/NAME --budget 0.75 --out plan.json
-    snip plan --checkpoint runs/NAME/checkpoints/step_000500 --method min_rel_err --per-gemm
+    snip plan --checkpoint runs/NAME --budget 0.75 --out plan.json --save-table sens.json
+    snip plan --table sens.json --precision.method layer_type --out layer_type.json
+    snip plan --table sens.json --relative-time 0.4 --profile blackwell --precision.per_gemm
 
-Loads the weights *and the AdamW state* (weight divergence is measured through Adam's update
-gain, so a checkpoint without optimizer state is refused), runs one statistics cycle on
-calibration batches from the run's training split, solves, and writes the plan (and, with
-``--table``, the sensitivity table).
+From a checkpoint it loads the weights *and the AdamW state* (weight divergence is measured
+through Adam's update gain, so a checkpoint without optimizer state is refused), runs one
+statistics cycle on calibration batches from the run's training split, and solves.  From
+``--table`` (no ``--checkpoint``) it reuses a table measured earlier, so every method can be
+planned from one measurement.  Planner options share their names with ``snip train``
+(``--precision.budget``, ``--precision.method``, ``--precision.per_gemm``,
+``--precision.candidates``, ``--precision.seed``); the short forms (``--budget``, ``--method``,
+``--per-gemm``, ``--candidates``, ``--seed``) still work.
+
+Baselines are held at exactly the FP4 fraction the ILP reaches on the same table and budget
+(:mod:`snip.planner.baselines`); a warning is printed when that is impossible, when a plan
+exceeds the budget (``uniform``; granularity), and when a candidate can never be chosen.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 COMMAND = "plan"
-HELP = "plan per-layer precision (SNIP ILP or a baseline) from a saved training checkpoint"
+HELP = ("plan per-layer precision (SNIP ILP or a baseline) from a saved training checkpoint or "
+        "a measured sensitivity table")
+
+METHOD_HELP = {
+    "ilp": "SNIP: minimise normalised loss + weight divergence under the budget",
+    "uniform": "every unit in the 4-bit format",
+    "layer_id": "first/last blocks kept high, middle blocks low first",
+    "layer_type": "MLP gate/up low first, then q/k, v, o; MLP down last",
+    "min_rel_err": "lowest relative quantization error low first",
+    "random": "a fixed random order per --seed",
+    "oracle": "knapsack on measured single-unit damage (needs --damage)",
+}
+
+
+def _bool(value: str) -> bool:
+    v = value.strip().lower()
+    if v in ("1", "true", "yes", "on"):
+        return True
+    if v in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from snip.plan.profiles import PROFILES
     from snip.planner import DEFAULT_CANDIDATES, Method
 
-    parser.add_argument("--checkpoint", required=True, type=Path,
-                        help="run directory (its newest checkpoint) or a checkpoint directory")
-    parser.add_argument("--budget", type=float, default=None,
+    src = parser.add_argument_group("source (one of)")
+    src.add_argument("--checkpoint", type=Path, default=None,
+                     help="run directory (its newest checkpoint) or a checkpoint directory: "
+                          "measure a sensitivity table from it")
+    src.add_argument("--table", type=Path, default=None,
+                     help="sensitivity table JSON: without --checkpoint, plan from it (no "
+                          "measuring); with --checkpoint, write the measured table here "
+                          "(prefer --save-table)")
+    parser.add_argument("--save-table", type=Path, default=None,
+                        help="write the measured sensitivity table JSON here")
+    parser.add_argument("--budget", "--precision.budget", dest="budget", type=float,
+                        default=None,
                         help="minimum share of linear-layer GEMM FLOPs in a 4-bit format "
                              "(default 0.75 unless only --relative-time is given)")
     parser.add_argument("--relative-time", type=float, default=None,
                         help="instead (or also): maximum GEMM time relative to all-BF16")
-    parser.add_argument("--profile", default="blackwell", help="throughput profile for time")
-    parser.add_argument("--method", default="ilp", choices=[m.value for m in Method])
-    parser.add_argument("--per-gemm", action="store_true",
+    parser.add_argument("--profile", default="blackwell",
+                        help=f"throughput profile for --relative-time: one of "
+                             f"{', '.join(PROFILES)}, or a JSON profile file")
+    methods = "; ".join(f"{m.value}: {METHOD_HELP[m.value]}" for m in Method)
+    parser.add_argument("--method", "--precision.method", dest="method", default="ilp",
+                        choices=[m.value for m in Method], metavar="METHOD",
+                        help=f"how to choose ({methods}). Baselines are held at exactly the "
+                             f"FP4 fraction the ILP reaches")
+    parser.add_argument("--per-gemm", dest="per_gemm", action="store_true", default=False,
                         help="decide each GEMM separately (default: one format per layer)")
-    parser.add_argument("--candidates", nargs="+", default=list(DEFAULT_CANDIDATES),
-                        help="candidate presets")
+    parser.add_argument("--precision.per_gemm", dest="per_gemm", type=_bool, nargs="?",
+                        const=True, metavar="BOOL", help="same as --per-gemm (true/false)")
+    parser.add_argument("--candidates", "--precision.candidates", dest="candidates", nargs="+",
+                        default=None,
+                        help=f"candidate presets (default {' '.join(DEFAULT_CANDIDATES)} when "
+                             f"measuring; with --table, the table's candidates)")
     parser.add_argument("--micro-batches", type=int, default=2,
                         help="calibration micro-batches the statistics average over")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--table", type=Path, default=None,
-                        help="also write the sensitivity table JSON here")
+    parser.add_argument("--seed", "--precision.seed", dest="seed", type=int, default=0,
+                        help="seed of the statistics' noise probes and of the random "
+                             "baseline's draw (one fixed plan per seed)")
+    parser.add_argument("--damage", type=Path, default=None,
+                        help="measured single-unit damage JSON (snip.planner.Damage.to_dict) "
+                             "for --method oracle")
     parser.add_argument("--out", type=Path, default=Path("plan.json"), help="plan JSON path")
 
 
@@ -82,15 +135,10 @@ def _load(path: Path):
     return ckpt, cfg, data, model, optimizer
 
 
-def run(args: argparse.Namespace) -> int:
-    from snip.planner import Budget, solve
+def _measure(args: argparse.Namespace, candidates: tuple[str, ...]):
     from snip.sensitivity import SensitivityConfig, measure
     from snip.train.loop import CALIBRATION_KEY
 
-    if args.micro_batches < 1:
-        raise ValueError(f"--micro-batches={args.micro_batches} must be >= 1")
-    fp4 = 0.75 if args.budget is None and args.relative_time is None else args.budget
-    budget = Budget(fp4_fraction=fp4, relative_time=args.relative_time, profile=args.profile)
     path = _checkpoint_dir(args.checkpoint)
     ckpt, cfg, data, model, optimizer = _load(path)
     micro = cfg.train.batch_size // cfg.train.grad_accum
@@ -98,19 +146,85 @@ def run(args: argparse.Namespace) -> int:
     def batch_fn(i: int):  # the calibration batches the trainer's controller measures on
         return data.train_batch(CALIBRATION_KEY + i, micro, cfg.train.seq_len)
 
-    config = SensitivityConfig(candidates=tuple(args.candidates), seed=args.seed,
+    config = SensitivityConfig(candidates=candidates, seed=args.seed,
                                micro_batches=args.micro_batches)
-    table = measure(model, batch_fn, optimizer=optimizer, config=config, step=ckpt.step)
-    plan = solve(table, budget, method=args.method, per_gemm=args.per_gemm,
-                 candidates=args.candidates, seed=args.seed)
-    plan = plan.with_meta(checkpoint=str(path))
+    return measure(model, batch_fn, optimizer=optimizer, config=config, step=ckpt.step), path
+
+
+def warnings_for(table, budget, sol, per_gemm: bool, candidates) -> list[str]:
+    """What a user should know about a solved plan (printed to stderr by ``snip plan``)."""
+    from snip.planner import Method, build_problem
+    from snip.planner.ilp import never_chosen
+
+    out = []
+    problem = build_problem(table, budget, candidates=candidates, per_gemm=per_gemm)
+    for c, why in never_chosen(problem).items():
+        out.append(f"candidate {c} can never be chosen for this table and budget ({why}); "
+                   f"drop it from --candidates or check its throughput profile")
+    got = sol.achieved.fp4_flop_fraction
+    if sol.method is Method.UNIFORM and budget.fp4_fraction is not None and \
+            got > budget.fp4_fraction + 1e-9:
+        out.append(f"uniform puts every unit in 4 bits: FP4 fraction {got:.4f} exceeds the "
+                   f"budget {budget.fp4_fraction} (not a budget-matched comparison)")
+    elif sol.method.matched and not sol.exact:
+        want = "the ILP's value" if sol.target is None else f"the ILP's {sol.target:.4f}"
+        out.append(f"{sol.method.value} could not hit {want} exactly (FP4 fraction {got:.4f}, "
+                   f"relative time {sol.achieved.relative_gemm_time:.4f}); it is within one "
+                   f"unit's FLOPs")
+    elif budget.fp4_fraction is not None and got > budget.fp4_fraction + 1e-9:
+        out.append(f"FP4 fraction {got:.4f} exceeds the budget {budget.fp4_fraction}: no set of "
+                   f"{'GEMMs' if per_gemm else 'layers'} reaches it exactly"
+                   + ("" if per_gemm else " (--per-gemm plans finer)"))
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+
+    from snip.planner import DEFAULT_CANDIDATES, Budget, Damage, solution
+    from snip.sensitivity import SensitivityTable
+
+    if args.micro_batches < 1:
+        raise ValueError(f"--micro-batches={args.micro_batches} must be >= 1")
+    if args.checkpoint is None and args.table is None:
+        raise ValueError("give --checkpoint (measure a sensitivity table) or --table (reuse "
+                         "one measured earlier)")
+    fp4 = 0.75 if args.budget is None and args.relative_time is None else args.budget
+    budget = Budget(fp4_fraction=fp4, relative_time=args.relative_time, profile=args.profile)
+    damage = None
+    if args.damage is not None:
+        if not args.damage.is_file():
+            raise FileNotFoundError(f"--damage {args.damage} does not exist")
+        damage = Damage.from_dict(json.loads(args.damage.read_text()))
+    elif args.method == "oracle":
+        raise ValueError("--method oracle needs --damage DAMAGE.json (measured single-unit "
+                         "damage, snip.planner.measure_damage)")
+    source: dict = {}
+    if args.checkpoint is not None:
+        cands = tuple(args.candidates or DEFAULT_CANDIDATES)
+        table, path = _measure(args, cands)
+        source["checkpoint"] = str(path)
+        save = args.save_table or args.table
+        if save is not None:
+            save.parent.mkdir(parents=True, exist_ok=True)
+            table.to_json(save)
+    else:
+        table = SensitivityTable.from_json(args.table)
+        cands = tuple(args.candidates) if args.candidates else None
+        source["table"] = str(args.table)
+        if args.save_table is not None:
+            table.to_json(args.save_table)
+    sol = solution(table, budget, method=args.method, per_gemm=args.per_gemm, candidates=cands,
+                   seed=args.seed, damage=damage)
+    plan = sol.plan.with_meta(**source)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     plan.to_json(args.out)
-    if args.table is not None:
-        table.to_json(args.table)
-    got = plan.meta["achieved"]
+    for w in warnings_for(table, budget, sol, args.per_gemm, cands):
+        print(f"snip plan: warning: {w}", file=sys.stderr)
+    got = sol.achieved
+    match = "" if sol.target is None else \
+        f" (held at the ILP's {sol.target:.4f}{'' if sol.exact else ', not exactly'})"
     print(f"wrote {args.out}: {args.method} plan for {len(plan.layers)} layers at step "
-          f"{ckpt.step}, fp4 FLOP fraction {got['fp4_flop_fraction']:.3f}, relative GEMM time "
-          f"{got['relative_gemm_time']:.3f} ({got['profile']}), objective "
-          f"{plan.meta['objective']:.4f}")
+          f"{table.step}, fp4 FLOP fraction {got.fp4_flop_fraction:.4f}{match}, relative GEMM "
+          f"time {got.relative_gemm_time:.4f} ({got.profile}), objective {sol.objective:.4f}")
     return 0

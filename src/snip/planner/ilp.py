@@ -183,6 +183,150 @@ def _solve_knapsack_dp(c: np.ndarray, w: np.ndarray, need: int) -> np.ndarray | 
     return y
 
 
+def solve_mckp_dp(cost: np.ndarray, weight: np.ndarray, allowed: np.ndarray,
+                  cap: int) -> np.ndarray | None:
+    """Exact multiple-choice knapsack with one resource: ``argmin sum_u cost[u, p_u]`` subject
+    to ``sum_u weight[u, p_u] <= cap`` over the ``allowed`` options (``None``: infeasible).
+
+    Each unit's lightest option is taken as its base, so the table only spans the *extra*
+    weight ``cap - sum_u min_p weight[u, p]``; ``best[c]`` is the least cost with at most ``c``
+    extra, one ``uint8`` argmin row per unit is kept for backtracking.
+    """
+    n, k = cost.shape
+    w = np.where(allowed, weight, np.iinfo(np.int64).max // 4)
+    base = w.min(1)
+    room = int(cap - base.sum())
+    if room < 0:
+        return None
+    extra = w - base[:, None]
+    # arg[u, c] is the rank of the option chosen (0 = the unit's lightest), in ``ranked[u]``
+    ranked = [sorted((int(extra[u, p]), p) for p in range(k) if allowed[u, p]
+                     and extra[u, p] <= room) for u in range(n)]
+    best, new = np.zeros(room + 1), np.empty(room + 1)
+    tmp, mask = np.empty(room + 1), np.empty(room + 1, dtype=bool)
+    arg = np.zeros((n, room + 1), dtype=np.uint8)
+    for u in range(n):
+        opts = ranked[u]
+        np.add(best, cost[u, opts[0][1]], out=new)  # opts[0][0] == 0: fits everywhere
+        for r, (e, p) in enumerate(opts[1:], start=1):
+            m = room + 1 - e
+            np.add(best[:m], cost[u, p], out=tmp[:m])
+            np.less(tmp[:m], new[e:], out=mask[:m])
+            np.copyto(new[e:], tmp[:m], where=mask[:m])
+            np.copyto(arg[u, e:], r, where=mask[:m])
+        best, new = new, best
+    choice = np.zeros(n, dtype=int)
+    c = room
+    for u in range(n - 1, -1, -1):
+        e, p = ranked[u][int(arg[u, c])]
+        choice[u] = p
+        c -= e
+    return choice
+
+
+def _time_scale(problem: Problem) -> int | None:
+    """Smallest integer ``L`` making every candidate's ``L / speed`` integral (``None``: none
+    up to 720, e.g. irrational speeds)."""
+    speeds = [problem.budget.profile.speed(c) for c in problem.candidates]
+    for scale in range(1, 721):
+        if all(abs(scale / s - round(scale / s)) < 1e-9 for s in speeds):
+            return scale
+    return None
+
+
+def _resource_dp(problem: Problem, allowed: np.ndarray, resource: str) -> np.ndarray | None:
+    """Exact DP over one budget resource (``"time"`` or ``"fp4"``), ignoring the others and
+    stages > 1 handled stage by stage; ``None`` when the integer table would be too large."""
+    b = problem.budget
+    flops = problem.flops
+    if not len(flops) or np.any(flops != np.round(flops)) or flops.max() > 2**62:
+        return None
+    g = int(np.gcd.reduce(np.round(flops).astype(np.int64)))
+    units = np.round(flops).astype(np.int64) // g
+    if resource == "time":
+        scale = _time_scale(problem)
+        if scale is None:
+            return None
+        speeds = np.array([b.profile.speed(c) for c in problem.candidates])
+        weight = units[:, None] * np.round(scale / speeds).astype(np.int64)[None, :]
+    else:  # FP4 deficit: FLOPs not in a 4-bit format, at most (1 - r) of the total
+        scale = 1
+        fp4 = np.round(problem.fp4 / g).astype(np.int64)
+        weight = units[:, None] - fp4
+    choice = np.zeros(len(units), dtype=int)
+    for s in range(problem.n_stages):
+        rows = np.flatnonzero(problem.stage == s)
+        total = int(units[rows].sum()) * scale
+        if resource == "time":
+            cap = int(np.floor(b.relative_time * total + 1e-9 * max(total, 1)))
+        else:
+            cap = int(np.floor((1.0 - b.fp4_fraction) * total + 1e-9 * max(total, 1)))
+        room = cap - int(np.where(allowed[rows], weight[rows], 2**60).min(1).sum())
+        if room >= 0 and len(rows) * (room + 1) > _DP_MAX_CELLS:
+            return None
+        got = solve_mckp_dp(problem.cost[rows], weight[rows], allowed[rows], cap)
+        if got is None:
+            raise ValueError(infeasible_message(problem))
+        choice[rows] = got
+    return choice
+
+
+def _slack_first(problem: Problem) -> list[str]:
+    """For an FP4 + time budget: the resources worth a relaxation DP, most promising first.
+
+    The LP relaxation (milliseconds) tells which constraints bind: dropping one with a zero
+    dual is likely to leave the other's DP optimum feasible; when both duals are non-zero both
+    relaxations almost surely fail, so none is tried (only a speed heuristic: any DP answer is
+    still verified against both constraints)."""
+    cols = _Columns.of(problem)
+    if not len(cols.unit):
+        return ["time", "fp4"]
+    blocks, b_ub, kinds = [], [], []
+    for row in _at_most_one_move(cols):  # y >= 0 already: only the upper side
+        blocks.append(row.A)
+        b_ub.append(np.broadcast_to(row.ub, row.A.shape[0]))
+        kinds += ["move"] * row.A.shape[0]
+    for row in _budget_rows(problem, cols, 0.0):  # one row each: >= is fp4, <= is time
+        fp4 = np.isfinite(row.lb).all()
+        blocks.append(-row.A if fp4 else row.A)
+        b_ub.append(np.atleast_1d(-row.lb if fp4 else row.ub).astype(float))
+        kinds.append("fp4" if fp4 else "time")
+    from scipy.optimize import linprog
+    from scipy.sparse import vstack
+
+    res = linprog(cols.delta(problem.cost), A_ub=vstack(blocks).tocsr(),
+                  b_ub=np.concatenate(b_ub),
+                  bounds=(0, 1), method="highs")
+    if res.status != 0:
+        return ["time", "fp4"]
+    duals = np.abs(res.ineqlin.marginals)
+    tight = {r: bool(np.any(duals[np.array(kinds) == r] > 1e-12)) for r in ("time", "fp4")}
+    if tight["time"] and tight["fp4"]:
+        return []
+    # drop the slack constraint: solve the DP of the binding one first
+    return ["fp4", "time"] if tight["fp4"] else ["time", "fp4"]
+
+
+def _solve_dp(problem: Problem) -> np.ndarray | None:
+    """The exact DP paths for time and combined FP4 + time budgets (no memory cap).
+
+    A time-only budget is one multiple-choice knapsack per stage.  With both an FP4 target and
+    a time limit, each constraint is dropped in turn and the other solved exactly: an optimum
+    of the relaxation that also meets the dropped constraint is optimal for both.  When both
+    constraints bind, ``None`` (the MILP decides)."""
+    b = problem.budget
+    if b.memory_bytes is not None or b.relative_time is None:
+        return None
+    keep = ~dominated(problem)
+    keep[np.arange(len(keep)), keep.argmax(1)] = True
+    resources = ["time"] if b.fp4_fraction is None else _slack_first(problem)
+    for resource in resources:
+        choice = _resource_dp(problem, keep, resource)
+        if choice is not None and not problem.violations(choice):
+            return choice
+    return None
+
+
 def solve_ilp(problem: Problem, *, time_limit: float = 60.0, use_dp: bool = True) -> np.ndarray:
     """Optimal candidate index per unit; ``ValueError`` when the budget cannot be met.
 
@@ -203,6 +347,10 @@ def solve_ilp(problem: Problem, *, time_limit: float = 60.0, use_dp: bool = True
     k = problem.cost.shape[1]
     nudge = 1e-12 * (1.0 + np.abs(problem.cost).max()) * np.arange(k)[None, :]
     c = cols.delta(problem.cost + nudge)
+    if use_dp and problem.budget.relative_time is not None:
+        choice = _solve_dp(problem)
+        if choice is not None:
+            return choice
     knapsack = _knapsack_weights(problem, cols) if use_dp else None
     if knapsack is not None:
         y = _solve_knapsack_dp(c, *knapsack)
@@ -244,3 +392,14 @@ def solve_brute_force(problem: Problem) -> np.ndarray:
     if best is None:
         raise ValueError(infeasible_message(problem))
     return best
+
+
+def never_chosen(problem: Problem) -> dict[str, str]:
+    """Candidates that no optimal plan uses on any unit (dominated everywhere), with why."""
+    dom = dominated(problem)
+    out = {}
+    for p, name in enumerate(problem.candidates):
+        if len(dom) and dom[:, p].all():
+            out[name] = ("another candidate is as accurate in the table and at least as good "
+                         "on every active budget resource, for every unit")
+    return out

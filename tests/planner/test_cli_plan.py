@@ -1,0 +1,89 @@
+"""``snip plan --table``: planning from a measured table, train-style option names, warnings."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from snip.cli import main
+from snip.plan import PrecisionPlan
+from snip.planner import build_problem, measure_damage, solution
+from snip.sensitivity import synthetic_table
+
+TWO = ("fp8_e4m3_tile128", "fp4_e2m1_tile128")
+FOUR = ("bf16", "mxfp8_e4m3", "mxfp4", "nvfp4")
+
+
+@pytest.fixture
+def table_file(tmp_path):
+    path = tmp_path / "sens.json"
+    synthetic_table(4, TWO, seed=1).to_json(path)
+    return path
+
+
+def test_plan_from_table_every_method_matches_the_ilp(table_file, tmp_path, capsys) -> None:
+    ilp = solution(synthetic_table(4, TWO, seed=1), 0.8)
+    for m in ("ilp", "layer_id", "layer_type", "min_rel_err", "random"):
+        out = tmp_path / f"{m}.json"
+        assert main(["plan", "--table", str(table_file), "--precision.budget", "0.8",
+                     "--precision.method", m, "--precision.seed", "3", "--out", str(out)]) == 0
+        plan = PrecisionPlan.from_json(out)
+        assert plan.meta["achieved"]["fp4_flop_fraction"] == pytest.approx(
+            ilp.achieved.fp4_flop_fraction)
+        assert plan.meta["table"] == str(table_file)
+    assert "held at the ILP's" in capsys.readouterr().out
+
+
+def test_train_style_names(table_file, tmp_path) -> None:
+    out = tmp_path / "p.json"
+    assert main(["plan", "--table", str(table_file), "--precision.per_gemm", "true",
+                 "--precision.candidates", *TWO, "--out", str(out)]) == 0
+    assert PrecisionPlan.from_json(out).meta["per_gemm"] is True
+    assert main(["plan", "--table", str(table_file), "--precision.per_gemm", "false",
+                 "--out", str(out)]) == 0
+    assert PrecisionPlan.from_json(out).meta["per_gemm"] is False
+
+
+def test_warnings(tmp_path, capsys) -> None:
+    path = tmp_path / "four.json"
+    synthetic_table(2, FOUR, seed=0).to_json(path)
+    assert main(["plan", "--table", str(path), "--budget", "0.5", "--out",
+                 str(tmp_path / "p.json")]) == 0
+    err = capsys.readouterr().err
+    assert "candidate mxfp8_e4m3 can never be chosen" in err  # bf16 beats it on an FP4 budget
+    assert main(["plan", "--table", str(path), "--budget", "0.5", "--method", "uniform",
+                 "--candidates", "bf16", "nvfp4", "--out", str(tmp_path / "u.json")]) == 0
+    assert "exceeds the budget 0.5" in capsys.readouterr().err
+
+
+def test_oracle_from_damage_file(table_file, tmp_path) -> None:
+    table = synthetic_table(4, TWO, seed=1)
+    units = build_problem(table, 0.5).units
+    rank = {n: i for i, (n, _) in enumerate(units)}
+    d = measure_damage(table.layers, lambda plan: sum(
+        rank[n] * (e["fprop"] == TWO[1]) for n, e in plan.layers.items()), high=TWO[0], low=TWO[1])
+    (tmp_path / "d.json").write_text(json.dumps(d.to_dict()))
+    out = tmp_path / "o.json"
+    assert main(["plan", "--table", str(table_file), "--method", "oracle", "--damage",
+                 str(tmp_path / "d.json"), "--out", str(out)]) == 0
+    assert PrecisionPlan.from_json(out).meta["method"] == "oracle"
+
+
+@pytest.mark.parametrize("argv, msg", [
+    ([], "give --checkpoint"),
+    (["--method", "oracle"], "needs --damage"),
+])
+def test_errors(table_file, tmp_path, capsys, argv, msg) -> None:
+    if argv:
+        argv = ["--table", str(table_file), *argv]
+    assert main(["plan", *argv, "--out", str(tmp_path / "p.json")]) == 2
+    assert msg in capsys.readouterr().err
+
+
+def test_help_lists_methods_and_profiles(capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["plan", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for word in ("blackwell_ultra", "hopper", "layer_type:", "oracle:", "random baseline's draw"):
+        assert word in text
