@@ -211,6 +211,38 @@ def _noise_pass(c: _Cycle, layers: dict[str, nn.Linear], cap: Capture, batch: Ba
     return {n: (*z[n], grads[i], grads[k + i]) for i, n in enumerate(names)}
 
 
+@dataclass(frozen=True)
+class OperandCurvature:
+    """Hutchinson estimates of the Hessian diagonals w.r.t. one layer's input and weight."""
+
+    x: torch.Tensor  # (tokens, in_features)
+    w: torch.Tensor  # (out_features, in_features)
+
+
+def hutchinson(model: nn.Module, batch: Batch, *, samples: int = 1, noise_scale: float = 0.05,
+               loss_fn: LossFn | None = None, seed: int = 0) -> dict[str, OperandCurvature]:
+    """``diag(d^2 L / dX_l^2)`` and ``diag(d^2 L / dW_l^2)`` for every linear layer, averaged
+    over ``samples`` forward noise passes (what :func:`measure` uses, exposed for checking)."""
+    gen = torch.Generator().manual_seed(seed)
+    c = _Cycle(model=model, layers=linear_layers(model),
+               params=[p for p in model.parameters() if p.requires_grad], optimizer=None,
+               cfg=SensitivityConfig(noise_scale=noise_scale), loss_fn=loss_fn or default_loss,
+               gen=gen, err_gen=gen)
+    clean = _clean_pass(c, batch)
+    out: dict[str, OperandCurvature] = {}
+    for _ in range(samples):
+        noisy = _noise_pass(c, c.layers, clean.cap, batch)
+        for n, m in c.layers.items():
+            w = m.weight.detach().float()
+            x2 = clean.cap.inputs[n].detach().float().reshape(-1, w.shape[1])
+            g2 = clean.out_grads[n].detach().float().reshape(-1, w.shape[0])
+            hx, hw = _curvature(noisy[n], x2, w, g2 @ w, g2.T @ x2)
+            prev = out.get(n)
+            out[n] = OperandCurvature(x=hx / samples + (prev.x if prev else 0),
+                                      w=hw / samples + (prev.w if prev else 0))
+    return out
+
+
 def _err(t: torch.Tensor, spec: QuantSpec, axis: int, grad: bool,
          gen: torch.Generator) -> torch.Tensor:
     rounding = spec.grad_rounding if grad else None
