@@ -123,7 +123,7 @@ class Controller:
     per_gemm: bool = False
     candidates: Sequence[str] = DEFAULT_CANDIDATES
     calib_batches: int = 1
-    calib_rows: int | None = None      # sequences used from each calibration batch (None: all)
+    calib_rows: int | None = 2         # sequences used from each calibration batch (None: all)
     micro_batches: int | None = None   # old name of calib_batches
     ema_decay: float = 0.5
     normalization: Normalization | str = Normalization.NATS

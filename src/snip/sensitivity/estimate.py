@@ -100,7 +100,7 @@ class SensitivityConfig:
     first_order: bool = False
     noise_groups: int = 1
     rows: int | None = None          # use only the first ``rows`` sequences of each batch
-    step_tokens: int | None = None   # tokens per optimizer step (None: the measured tokens)
+    step_tokens: int | None = None   # tokens per optimizer step (None: the whole batch's)
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -392,16 +392,16 @@ def measure(model: nn.Module, batch_fn: BatchFn, *, optimizer=None,
             _one_batch(c, batch, sums)
     avg = sums.reduce(cfg.micro_batches)
     weight_sq = float(sum(p.detach().float().pow(2).sum() for p in c.params))
-    table = _build_table(c, avg, tokens, step, weight_sq, batch_offset)
+    table = _build_table(c, avg, tokens, cfg.step_tokens or full, step, weight_sq, batch_offset)
     table.meta["calib_batch_tokens"] = full
     return table
 
 
-def _build_table(c: _Cycle, avg: dict[tuple, float], tokens: int, step: int | None,
-                 weight_sq: float, batch_offset: int) -> SensitivityTable:
+def _build_table(c: _Cycle, avg: dict[tuple, float], tokens: int, step_tokens: int,
+                 step: int | None, weight_sq: float, batch_offset: int) -> SensitivityTable:
     cfg = c.cfg
     # Gradient-noise energy falls like 1/tokens: express it for one optimizer step.
-    r = tokens / cfg.step_tokens if cfg.step_tokens else 1.0
+    r = tokens / step_tokens
     raw = {n: {g: {k: Raw(avg.get((n, g, k, "dl"), 0.0), r * avg.get((n, g, k, "dw"), 0.0),
                           r * avg.get((n, g, k, "dwn"), 0.0))
                    for k in cfg.candidates} for g in GEMMS} for n in c.layers}
@@ -419,7 +419,7 @@ def _build_table(c: _Cycle, avg: dict[tuple, float], tokens: int, step: int | No
     return SensitivityTable(candidates=cfg.candidates, layers=entries, tokens=tokens, loss=loss,
                             step=step, normalization=cfg.normalization, terms=cfg.terms,
                             meta={"micro_batches": cfg.micro_batches, "batch_offset": batch_offset,
-                                  "rows": cfg.rows, "step_tokens": cfg.step_tokens or tokens,
+                                  "rows": cfg.rows, "step_tokens": step_tokens,
                                   "noise_scale": cfg.noise_scale, "first_order": cfg.first_order,
                                   "noise_groups": cfg.noise_groups,
                                   "propagation": cfg.propagation.value,
