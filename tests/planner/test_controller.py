@@ -23,7 +23,7 @@ def test_controller_warmup_cadence_and_files(tmp_path) -> None:
     torch.manual_seed(0)
     m = build_model(get_config("tiny", n_layers=1, max_seq_len=32))
     opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
-    ctl = Controller(budget=0.5, every=2, warmup=1, micro_batches=1, out_dir=tmp_path / "sens",
+    ctl = Controller(budget=0.5, every=2, warmup=1, calib_batches=1, out_dir=tmp_path / "sens",
                      plans_dir=tmp_path / "plans")
     got = {}
     for step in range(1, 5):
@@ -38,12 +38,18 @@ def test_controller_warmup_cadence_and_files(tmp_path) -> None:
     assert plan.meta["achieved"]["fp4_flop_fraction"] >= 0.5
     assert (tmp_path / "sens" / "step_3.json").is_file()
     assert (tmp_path / "plans" / "step_1.json").is_file()
+    assert (tmp_path / "sens" / "step_3_cycle.json").is_file()
     lines = (tmp_path / "sens" / "controller.jsonl").read_text().splitlines()
-    assert len(lines) == 2 and 0 <= json.loads(lines[-1])["overhead_share"] <= 1
+    last = json.loads(lines[-1])
+    assert len(lines) == 2 and 0 <= last["overhead_share"] <= 1
+    assert last["cycle_step_equivalents"] > 0 and last["step_seconds_source"] == "median_interval"
+    assert json.loads(lines[0])["step_seconds_source"] == "clean_pass"  # no interval at step 1
+    assert ctl.history[-1].step_equivalents == pytest.approx(last["cycle_step_equivalents"])
     state = ctl.state_dict()
     again = Controller(budget=0.5, every=2)
     again.load_state_dict(state)
     assert again.history == ctl.history
+    assert again.ema.to_dict() == ctl.ema.to_dict()  # the averaged table travels
 
 
 @pytest.mark.parametrize("every", [0, -3])
@@ -103,3 +109,97 @@ def test_cli_plan_refuses_checkpoint_without_optimizer_state(tiny_run, tmp_path,
         f.unlink()
     assert main(["plan", "--checkpoint", str(copy), "--out", str(tmp_path / "p.json")]) == 2
     assert "no optimizer state" in capsys.readouterr().err
+
+
+def _train(model, opt, steps, ctl, batch_fn, start: int = 1) -> dict:
+    plans = {}
+    for step in range(start, start + steps):
+        _, loss = model(*batch_fn(1000 + step))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        plan = ctl.on_step_end(step, model, opt, batch_fn)
+        if plan is not None:
+            plans[step] = plan
+    return plans
+
+
+def _tiny():
+    torch.manual_seed(0)
+    m = build_model(get_config("tiny", n_layers=1, max_seq_len=32))
+    return m, torch.optim.AdamW(m.parameters(), lr=3e-3)
+
+
+def test_fresh_calibration_batches_and_ema() -> None:
+    seen: list[int] = []
+
+    def recording(i: int):
+        if i < 1000:
+            seen.append(i)
+        return batch_fn(i)
+
+    m, opt = _tiny()
+    ctl = Controller(budget=0.5, every=2, warmup=1, calib_batches=2, ema_decay=0.5)
+    _train(m, opt, 5, ctl, recording)
+    assert seen == [0, 1, 2, 3, 4, 5]  # cycles at steps 1, 3, 5; never the same batch twice
+    assert [c.batch_offset for c in ctl.history] == [0, 2, 4]
+    assert ctl.ema.meta["ema"]["cycles"] == 3
+
+
+def test_resume_replans_identically() -> None:
+    import copy
+
+    m, opt = _tiny()
+    ctl = Controller(budget=0.5, every=2, warmup=1, method="ilp")
+    _train(m, opt, 3, ctl, batch_fn)
+    saved = copy.deepcopy((m.state_dict(), opt.state_dict(), ctl.state_dict()))
+    full = _train(m, opt, 4, ctl, batch_fn, start=4)
+    m2, opt2 = _tiny()
+    m2.load_state_dict(saved[0])
+    opt2.load_state_dict(saved[1])
+    resumed = Controller(budget=0.5, every=2, warmup=1, method="ilp")
+    resumed.load_state_dict(saved[2])
+    again = _train(m2, opt2, 4, resumed, batch_fn, start=4)
+    assert list(full) == list(again) == [5, 7]
+    for step in full:
+        assert full[step].layers == again[step].layers
+    assert resumed.ema.to_dict()["layers"] == ctl.ema.to_dict()["layers"]
+
+
+def test_random_baseline_is_one_fixed_plan_per_seed() -> None:
+    m, opt = _tiny()
+    plans = _train(m, opt, 5, Controller(budget=0.5, every=2, warmup=1, method="random",
+                                         seed=7), batch_fn)
+    layers = [p.layers for p in plans.values()]
+    assert len(layers) == 3 and all(x == layers[0] for x in layers)
+
+
+def test_controller_validates_its_knobs() -> None:
+    with pytest.raises(ValueError, match="calib_batches"):
+        Controller(calib_batches=0)
+    with pytest.raises(ValueError, match="ema_decay"):
+        Controller(ema_decay=1.0)
+    with pytest.raises(ValueError, match="precision.warmup"):
+        Controller(warmup=0)
+
+
+def test_hugging_face_model_measures_and_plans() -> None:
+    pytest.importorskip("transformers")
+    from snip.models.hf import tiny_hf_model
+
+    model = tiny_hf_model("llama")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x, y = batch_fn(0)
+    loss = torch.nn.functional.cross_entropy(model(input_ids=x).logits.flatten(0, 1),
+                                             y.flatten() % model.config.vocab_size)
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+
+    def hf_batch(i: int):
+        x, y = batch_fn(i)
+        return x % model.config.vocab_size, y % model.config.vocab_size
+
+    plan = Controller(budget=0.5, every=1, warmup=1).on_step_end(1, model, opt, hf_batch)
+    assert plan is not None and plan.meta["achieved"]["fp4_flop_fraction"] >= 0.5
+    assert any("q_proj" in n for n in plan.layers)

@@ -3,26 +3,41 @@
 The trainer calls :meth:`Controller.on_step_end` after every optimizer step
 (:class:`snip.train.PrecisionController` protocol).  The controller
 
-1. does nothing during the high-precision warm-up (``warmup`` steps; start the run in
-   ``bf16`` for a real warm-up) -- statistics of a random network say little;
+1. does nothing during the warm-up (``warmup`` steps; start the run in ``bf16`` for a real
+   high-precision warm-up) -- statistics of a random network say little;
 2. at step ``warmup`` and every ``every`` steps after it runs one statistics cycle
-   (:func:`snip.sensitivity.measure`: clean pass, backward noise pass, forward noise pass on
-   ``micro_batches`` calibration batches, all unquantized, weights and optimizer untouched);
-3. solves the ILP (:func:`snip.planner.solve`) for the budget;
-4. returns the plan, which the trainer applies between steps and saves to
-   ``plans/step_<N>.json``; the table goes to ``out_dir/step_<N>.json``.
+   (:func:`snip.sensitivity.measure`, unquantized, weights and optimizer untouched) on
+   ``calib_batches`` *fresh* calibration batches: cycle ``k`` reads ``batch_fn(k * calib_batches
+   + j)``, so no two cycles see the same data (the trainer's ``batch_fn`` is a deterministic
+   function of its index, which keeps resumed runs identical);
+3. folds the new table into an exponential moving average of the raw divergences
+   (:func:`snip.sensitivity.blend`, weight ``ema_decay`` on the past), so one noisy table cannot
+   flip the plan;
+4. solves for the budget (:func:`snip.planner.solve`, isolated in :func:`plan_from_table`) and
+   returns the plan; the trainer applies it between steps and saves it to
+   ``plans/step_<N>.json``.  The averaged table goes to ``out_dir/step_<N>.json``, this cycle's
+   own measurement to ``out_dir/step_<N>_cycle.json``.
 
-Its cost is logged as a share of wall time (statistics + solve over everything since the
-previous cycle) to ``out_dir/controller.jsonl`` and kept in :attr:`history`.  With the paper's
-cadence (every ~100k steps) the share is negligible; for short runs pick ``every`` so that it
-stays under ~5% (one cycle costs about ``3 x micro_batches`` training steps plus quantization).
+**Cost.**  Each cycle is logged to ``out_dir/controller.jsonl`` and kept in :attr:`history`:
+statistics and solve seconds, the share of wall time since the previous cycle, and
+``cycle_step_equivalents`` -- statistics seconds over the seconds of one training step.  The
+step time is the median interval between the trainer's recent ``on_step_end`` calls (real
+training steps, whatever their precision), or ``step_seconds`` if the trainer sets it; before
+any interval is known (a cycle at step 1) it is the cycle's own clean forward+backward scaled
+to the full batch (``step_seconds_source`` says which).
+
+**Any model.**  ``loss_fn(model, batch) -> loss`` (default
+:func:`snip.sensitivity.loss.default_loss`: snip models and Hugging Face causal LMs).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+import statistics
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,11 +50,21 @@ from snip.plan import PrecisionPlan
 from snip.planner.baselines import Method
 from snip.planner.problem import DEFAULT_CANDIDATES, Budget
 from snip.planner.solve import solve
-from snip.sensitivity.estimate import SensitivityConfig, measure
+from snip.sensitivity import (
+    Normalization,
+    Propagation,
+    SensitivityConfig,
+    SensitivityTable,
+    Terms,
+    blend,
+    measure,
+)
+from snip.sensitivity.loss import Batch, LossFn
 
 log = logging.getLogger("snip.planner")
 
-BatchFn = Callable[[int], tuple[torch.Tensor, torch.Tensor]]
+BatchFn = Callable[[int], Batch]
+_INTERVALS = 16  # recent step intervals kept for the median step time
 
 
 @dataclass(frozen=True)
@@ -52,12 +77,38 @@ class Cycle:
     train_seconds: float
     fp4_flop_fraction: float
     objective: float
+    step_seconds: float = float("nan")
+    step_seconds_source: str = ""
+    batch_offset: int = 0
 
     @property
     def overhead_share(self) -> float:
         spent = self.stats_seconds + self.solve_seconds
         total = spent + self.train_seconds
         return spent / total if total > 0 else 0.0
+
+    @property
+    def step_equivalents(self) -> float:
+        """Statistics cost in training steps (``stats_seconds / step_seconds``)."""
+        return self.stats_seconds / self.step_seconds if self.step_seconds > 0 else float("nan")
+
+
+@dataclass(frozen=True)
+class Planned:
+    """What the controller needs back from the planner."""
+
+    plan: PrecisionPlan
+    fp4_flop_fraction: float
+    objective: float
+
+
+def plan_from_table(table: SensitivityTable, budget: Budget, *, method: Method,
+                    per_gemm: bool, candidates: Sequence[str], seed: int) -> Planned:
+    """The one call into :mod:`snip.planner.solve` (kept apart so its return type can change)."""
+    plan = solve(table, budget, method=method, per_gemm=per_gemm, candidates=candidates,
+                 seed=seed)
+    return Planned(plan=plan, fp4_flop_fraction=plan.meta["achieved"]["fp4_flop_fraction"],
+                   objective=plan.meta["objective"])
 
 
 @dataclass
@@ -71,12 +122,25 @@ class Controller:
     method: Method | str = Method.ILP
     per_gemm: bool = False
     candidates: Sequence[str] = DEFAULT_CANDIDATES
-    micro_batches: int = 2
+    calib_batches: int = 1
+    calib_rows: int | None = 2         # sequences used from each calibration batch (None: all)
+    micro_batches: int | None = None   # old name of calib_batches
+    ema_decay: float = 0.5
+    normalization: Normalization | str = Normalization.NATS
+    terms: Terms | str = Terms.BOTH
+    propagation: Propagation | str = Propagation.JOINT
     noise_scale: float = 0.05
+    step_tokens: int | None = None     # tokens per optimizer step (None: calibration batch's)
+    loss_fn: LossFn | None = None
     seed: int = 0
     plans_dir: Path | str | None = None
+    step_seconds: float | None = None  # set by a trainer that measures its own step time
     history: list[Cycle] = field(default_factory=list)
+    ema: SensitivityTable | None = field(default=None, repr=False)
     _last_time: float | None = field(default=None, repr=False)
+    _prev_call: float = field(default=0.0, repr=False)
+    _since_cycle: bool = field(default=False, repr=False)
+    _intervals: deque = field(default_factory=lambda: deque(maxlen=_INTERVALS), repr=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.every, bool) or not isinstance(self.every, int) or self.every < 1:
@@ -84,14 +148,25 @@ class Controller:
                              f"every N steps)")
         if self.warmup is None:
             self.warmup = self.every
-        if not isinstance(self.warmup, int) or self.warmup < 1:
-            raise ValueError(f"warmup={self.warmup!r} must be an integer >= 1 (plans need one "
-                             f"optimizer step of AdamW state)")
+        if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 1:
+            raise ValueError(f"precision.warmup={self.warmup!r} must be an integer >= 1 (plans "
+                             f"need one optimizer step of AdamW state)")
+        if self.micro_batches is not None:
+            self.calib_batches = self.micro_batches
+        if not 0 <= self.ema_decay < 1:
+            raise ValueError(f"ema_decay={self.ema_decay!r} must be in [0, 1) (0: no averaging "
+                             f"across cycles)")
         self.budget = Budget.of(self.budget)
         self.method = Method.parse(self.method)
-        self.stats = SensitivityConfig(candidates=tuple(self.candidates),
-                                       micro_batches=self.micro_batches,
-                                       noise_scale=self.noise_scale, seed=self.seed)
+        try:
+            self.stats = SensitivityConfig(
+                candidates=tuple(self.candidates), micro_batches=self.calib_batches,
+                rows=self.calib_rows, noise_scale=self.noise_scale,
+                normalization=self.normalization, terms=self.terms,
+                propagation=self.propagation, step_tokens=self.step_tokens, seed=self.seed)
+        except ValueError as e:
+            raise ValueError(f"precision: {e}".replace("micro_batches", "calib_batches")
+                             .replace("rows=", "calib_rows=")) from None
 
     def due(self, step: int) -> bool:
         return step >= self.warmup and (step - self.warmup) % self.every == 0
@@ -99,47 +174,70 @@ class Controller:
     def on_step_end(self, step: int, model: nn.Module, optimizer: torch.optim.Optimizer,
                     batch_fn: BatchFn) -> PrecisionPlan | None:
         now = time.perf_counter()
-        train_seconds = now - self._last_time if self._last_time is not None else 0.0
+        if self._last_time is not None and not self._since_cycle:
+            self._intervals.append(now - self._prev_call)
+        self._prev_call, self._since_cycle = now, False
+        if self._last_time is None:
+            self._last_time = now
         if not self.due(step):
-            self._last_time = self._last_time if self._last_time is not None else now
             return None
+        train_seconds = now - self._last_time
+        offset = len(self.history) * self.calib_batches
         t0 = time.perf_counter()
         table = measure(model, batch_fn, optimizer=optimizer, config=self._config(step),
-                        step=step)
+                        step=step, batch_offset=offset, loss_fn=self.loss_fn)
         t1 = time.perf_counter()
-        plan = solve(table, self.budget, method=self.method, per_gemm=self.per_gemm,
-                     candidates=self.candidates, seed=self.seed + step)
+        self.ema = blend(self.ema, table, self.ema_decay)
+        planned = plan_from_table(self.ema, self.budget, method=self.method,
+                                  per_gemm=self.per_gemm, candidates=self.candidates,
+                                  seed=self.seed)
         t2 = time.perf_counter()
+        step_s, source = self._step_time(table)
         cycle = Cycle(step=step, stats_seconds=t1 - t0, solve_seconds=t2 - t1,
-                      train_seconds=train_seconds,
-                      fp4_flop_fraction=plan.meta["achieved"]["fp4_flop_fraction"],
-                      objective=plan.meta["objective"])
+                      train_seconds=train_seconds, fp4_flop_fraction=planned.fp4_flop_fraction,
+                      objective=planned.objective, step_seconds=step_s,
+                      step_seconds_source=source, batch_offset=offset)
         self.history.append(cycle)
-        plan = plan.with_meta(overhead={"stats_seconds": cycle.stats_seconds,
-                                        "solve_seconds": cycle.solve_seconds,
-                                        "share": cycle.overhead_share})
+        plan = planned.plan.with_meta(overhead={
+            "stats_seconds": cycle.stats_seconds, "solve_seconds": cycle.solve_seconds,
+            "share": cycle.overhead_share, "cycle_step_equivalents": cycle.step_equivalents})
         self._save(step, table, plan, cycle)
-        log.info("step %d: re-planned (fp4 %.3f, stats %.2fs, solve %.3fs, overhead %.1f%%)",
-                 step, cycle.fp4_flop_fraction, cycle.stats_seconds, cycle.solve_seconds,
-                 100 * cycle.overhead_share)
-        self._last_time = time.perf_counter()
+        log.info("step %d: re-planned (fp4 %.3f, stats %.2fs = %.1f steps, solve %.3fs, "
+                 "overhead %.1f%%)", step, cycle.fp4_flop_fraction, cycle.stats_seconds,
+                 cycle.step_equivalents, cycle.solve_seconds, 100 * cycle.overhead_share)
+        self._last_time = self._prev_call = time.perf_counter()
+        self._since_cycle = True  # the next interval includes applying the plan: skip it
         return plan
 
+    def _step_time(self, table: SensitivityTable) -> tuple[float, str]:
+        if self.step_seconds is not None:
+            return float(self.step_seconds), "trainer"
+        if self._intervals:
+            return statistics.median(self._intervals), "median_interval"
+        scale = table.meta["calib_batch_tokens"] / table.tokens
+        return float(table.meta["clean_pass_seconds"]) * scale, "clean_pass"
+
     def _config(self, step: int) -> SensitivityConfig:
-        import dataclasses
         return dataclasses.replace(self.stats, seed=self.seed + step)
 
-    def _save(self, step: int, table, plan: PrecisionPlan, cycle: Cycle) -> None:
+    def _save(self, step: int, table: SensitivityTable, plan: PrecisionPlan,
+              cycle: Cycle) -> None:
         if self.out_dir is not None:
             out = Path(self.out_dir)
             out.mkdir(parents=True, exist_ok=True)
-            table.to_json(out / f"step_{step}.json")
+            assert self.ema is not None
+            self.ema.to_json(out / f"step_{step}.json")
+            table.to_json(out / f"step_{step}_cycle.json")
             with (out / "controller.jsonl").open("a") as f:
-                f.write(json.dumps({"step": step, "stats_seconds": cycle.stats_seconds,
-                                    "solve_seconds": cycle.solve_seconds,
-                                    "train_seconds": cycle.train_seconds,
-                                    "overhead_share": cycle.overhead_share,
-                                    "fp4_flop_fraction": cycle.fp4_flop_fraction}) + "\n")
+                f.write(json.dumps({
+                    "step": step, "stats_seconds": cycle.stats_seconds,
+                    "solve_seconds": cycle.solve_seconds, "train_seconds": cycle.train_seconds,
+                    "overhead_share": cycle.overhead_share,
+                    "step_seconds": cycle.step_seconds,
+                    "step_seconds_source": cycle.step_seconds_source,
+                    "cycle_step_equivalents": cycle.step_equivalents,
+                    "batch_offset": cycle.batch_offset,
+                    "fp4_flop_fraction": cycle.fp4_flop_fraction}) + "\n")
         if self.plans_dir is not None:
             Path(self.plans_dir).mkdir(parents=True, exist_ok=True)
             plan.to_json(Path(self.plans_dir) / f"step_{step}.json")
@@ -152,7 +250,11 @@ class Controller:
         return spent / total if total > 0 else 0.0
 
     def state_dict(self) -> dict[str, Any]:
-        return {"history": [c.__dict__ for c in self.history]}
+        """Cycle history and the averaged table: enough to re-plan identically on resume."""
+        return {"history": [dataclasses.asdict(c) for c in self.history],
+                "ema": None if self.ema is None else self.ema.to_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.history = [Cycle(**c) for c in state.get("history", [])]
+        ema = state.get("ema")
+        self.ema = None if ema is None else SensitivityTable.from_dict(ema)

@@ -15,6 +15,19 @@ The first term is the momentum path through Adam's preconditioner; the second is
 the second moment (``dv = 2 (1 - b2) g dg``), which shrinks the update of coordinates whose
 gradient grows.  Weight decay does not depend on ``g``.  Parameters without Adam state (or
 another optimizer) fall back to ``a = lr`` (the SGD gain).
+
+**Gradient noise in nats** (:func:`nats_weight`; our reconstruction, not the paper's).  A
+GEMM kept quantized for many steps adds zero-mean noise of covariance ``Sigma_q`` to every
+gradient.  For preconditioned SGD ``theta -= eta P g`` in a quadratic basin of Hessian ``H``, the
+stationary parameter covariance solves ``eta (P H S + S H P) = eta^2 P Sigma P``; multiplying by
+``P^-1`` and taking the trace gives ``tr(H S) = eta/2 tr(P Sigma)``, so the excess loss is
+
+    E[L - L*] = 1/2 tr(H S) = eta/4 tr(P Sigma)          (independent of H)
+
+Adam's momentum is heavy ball with ``eta (1 - b1)`` and ``b1``, whose effective rate is
+``eta``; ``P = 1/(sqrt(v_hat) + eps)``.  So one unit of extra gradient variance on coordinate
+``j`` costs ``omega_j = lr / (4 (sqrt(v_hat_j) + eps))`` nats of training loss at equilibrium --
+the same unit as the loss divergence, with no Fisher or curvature estimate needed.
 """
 
 from __future__ import annotations
@@ -59,3 +72,26 @@ def adam_summary(optimizer: torch.optim.Optimizer | None, param: torch.Tensor) -
                    v_sqrt_mean=float(state["exp_avg_sq"].float().sqrt().mean()),
                    step=int(float(state["step"])))
     return out
+
+
+def nats_weight(optimizer: torch.optim.Optimizer | None, param: torch.Tensor,
+                grad: torch.Tensor) -> torch.Tensor | float:
+    """``omega = lr / (4 (sqrt(v_hat) + eps))``: nats of stationary excess loss per unit of
+    gradient-noise variance on each coordinate (module docstring).  Without Adam state the
+    SGD value ``lr / 4``; without an optimizer ``1/4``."""
+    if optimizer is None:
+        return 0.25
+    group = next((g for g in optimizer.param_groups if any(p is param for p in g["params"])),
+                 None)
+    if group is None:
+        return 0.25
+    lr = float(group["lr"])
+    state = optimizer.state.get(param, {})
+    if "exp_avg_sq" not in state or "betas" not in group:
+        return lr / 4
+    _, b2 = group["betas"]
+    eps = float(group.get("eps", 1e-8))
+    t = float(state["step"]) + 1.0
+    g = grad.float()
+    v_hat = (b2 * state["exp_avg_sq"].float() + (1 - b2) * g * g) / (1 - b2**t)
+    return lr / (4 * (v_hat.sqrt() + eps))

@@ -19,50 +19,72 @@ exact first-order term
 ``<G W, E^X> + <G^T X, E^W>``, which averages out over steps but not on one fixed batch.)
 
 **Weight divergence (backward).**  The expected squared deviation of the next AdamW update,
-``E ||a * dg||^2`` over every trainable parameter, with ``a`` the linearised Adam gain
-(:mod:`snip.sensitivity.adam`).  Quantizing ``wgrad`` perturbs the layer's own gradient by
-``E^G^T X + G^T E^X`` (errors along tokens), whose expected square is exact under independence::
+``E ||a * dg||^2`` over every trainable parameter (``a``: the linearised Adam gain of
+:mod:`snip.sensitivity.adam`), and the same deviation in nats, ``E sum omega dg^2`` with
+``omega = lr / (4 (sqrt(v_hat) + eps))`` (the stationary excess loss that gradient noise causes
+under Adam).  Quantizing ``wgrad`` perturbs the layer's own gradient by exactly
+``E^G^T Q(X) + G^T E^X`` (operands along tokens); the stochastic ``E^G`` is independent and
+zero-mean, the RNE ``E^X`` is fixed, so the expectation is exact::
 
-    dW_wgrad[l, p] = sum_{m,k} a_{mk}^2 [ (E^G^2)^T X^2 + (G^2)^T (E^X^2) ]_{mk}
+    dW_wgrad[l, p] = sum a^2 [ (E^G^2)^T Q(X)^2 ]  +  sum a^2 (G^T E^X)^2
 
-Quantizing ``dgrad`` perturbs ``dX_l`` by ``E^G W + G E^W`` (energy
-``e = sum (E^G^2) (W^2) + sum (G^2) (E^W^2)``), and backpropagation carries that into every
-upstream gradient linearly: ``dg_j = J_j dX``.  For isotropic error of the same energy,
-``E ||a J dX||^2 = e / numel(X) * tr(J^T a^2 J)``, and the trace is measured by a *backward noise
-pass*: inject Rademacher ``z`` as the gradient of ``X_l`` and read ``||a * J z||^2`` (layers that
-share an input tensor share the pass)::
-
-    dW_dgrad[l, p] = e[l, p] / numel(X_l) * ||a * J_{X_l} z||^2
+Quantizing ``dgrad`` perturbs ``dX_l`` by ``E^G Q(W) + G E^W``, which backpropagation carries
+into every upstream gradient; :mod:`snip.sensitivity.propagate` measures that with an
+*error-shaped probe* ``(s * E^G) Q(W) + G E^W`` (random signs ``s``), all layers in one backward
+pass attributed by one forward-mode difference (``propagation="joint"``), or one VJP per layer
+(``"exact"``).
 
 Everything is averaged over ``micro_batches`` calibration batches and, under
 ``torch.distributed``, over ranks (all-reduce), so every rank builds the same table and plans
-the same precision.
+the same precision.  Batches come from ``batch_fn(batch_offset + i)``: the controller moves the
+offset every cycle, so each cycle sees fresh data.  ``loss_fn(model, batch)`` turns a batch into
+the scalar loss (:mod:`snip.sensitivity.loss`; Hugging Face models work out of the box).
 """
 
 from __future__ import annotations
 
+import enum
+import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
-from snip.formats import get_spec, quantize
+from snip.formats import QuantSpec, get_spec, quantize
 from snip.nn.specs import Gemm
 from snip.plan.cost import gemm_flops, linear_layers
-from snip.sensitivity.adam import adam_summary, update_gain
+from snip.sensitivity import propagate
+from snip.sensitivity.adam import adam_summary, nats_weight, update_gain
+from snip.sensitivity.loss import (
+    Batch,
+    LossFn,
+    batch_to,
+    batch_tokens,
+    default_loss,
+    take_rows,
+)
 from snip.sensitivity.probes import Capture, Noise, high_precision
 from snip.sensitivity.table import (
     GEMMS,
     LayerEntry,
     Normalization,
+    Raw,
     SensitivityTable,
+    Terms,
     normalize,
 )
 
-BatchFn = Callable[[int], tuple[torch.Tensor, torch.Tensor]]
+BatchFn = Callable[[int], Batch]
 DEFAULT_CANDIDATES = ("fp8_e4m3_tile128", "fp4_e2m1_tile128")
+
+
+class Propagation(enum.Enum):
+    """How the dgrad probe reaches upstream parameters (:mod:`snip.sensitivity.propagate`)."""
+
+    JOINT = "joint"   # one backward + one forward per weight, for all layers
+    EXACT = "exact"   # one VJP per layer and candidate (reference)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,16 +92,22 @@ class SensitivityConfig:
     """How one statistics cycle is measured."""
 
     candidates: tuple[str, ...] = DEFAULT_CANDIDATES
-    micro_batches: int = 2
+    micro_batches: int = 1
     noise_scale: float = 0.05
-    normalization: Normalization = Normalization.SUM
+    normalization: Normalization = Normalization.NATS
+    terms: Terms = Terms.BOTH
+    propagation: Propagation = Propagation.JOINT
     first_order: bool = False
     noise_groups: int = 1
+    rows: int | None = None          # use only the first ``rows`` sequences of each batch
+    step_tokens: int | None = None   # tokens per optimizer step (None: the whole batch's)
     seed: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "candidates", tuple(get_spec(c).name for c in self.candidates))
         object.__setattr__(self, "normalization", Normalization(self.normalization))
+        object.__setattr__(self, "terms", Terms(self.terms))
+        object.__setattr__(self, "propagation", Propagation(self.propagation))
         if not self.candidates:
             raise ValueError("SensitivityConfig.candidates is empty; give at least one preset")
         if isinstance(self.micro_batches, bool) or not isinstance(self.micro_batches, int) \
@@ -89,6 +117,10 @@ class SensitivityConfig:
                 or self.noise_groups < 1:
             raise ValueError(f"noise_groups={self.noise_groups!r} must be a positive int (forward "
                              "noise passes per micro-batch; more passes = fewer cross terms)")
+        for name in ("rows", "step_tokens"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ValueError(f"{name}={v!r} must be a positive int or None")
         if not 0 < self.noise_scale < 1:
             raise ValueError(f"noise_scale={self.noise_scale!r} must be in (0, 1); "
                              "0.05 (5% of each operand's RMS) is a good default")
@@ -115,6 +147,31 @@ class _Sums:
         return {k: float(v) / (count * world) for k, v in zip(keys, vec.cpu(), strict=True)}
 
 
+@dataclass
+class _Cycle:
+    """What stays fixed during one statistics cycle."""
+
+    model: nn.Module
+    layers: dict[str, nn.Linear]
+    params: list[nn.Parameter]
+    optimizer: torch.optim.Optimizer | None
+    cfg: SensitivityConfig
+    loss_fn: LossFn
+    gen: torch.Generator        # CPU: Rademacher noise and probe signs
+    err_gen: torch.Generator    # model device: stochastic rounding
+    weight_errors: dict[tuple[str, str], tuple[torch.Tensor, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Clean:
+    """The clean (unperturbed) pass of one micro-batch."""
+
+    loss: torch.Tensor
+    cap: Capture
+    out_grads: dict[str, torch.Tensor | None]
+    param_grads: list[torch.Tensor | None]
+
+
 def _rademacher(like: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     r = torch.randint(0, 2, like.shape, generator=gen, device="cpu", dtype=torch.int8)
     return (r.to(like.device, torch.float32) * 2 - 1)
@@ -124,53 +181,29 @@ def _rms(t: torch.Tensor) -> float:
     return float(t.detach().float().pow(2).mean().sqrt()) or 1.0
 
 
-def _clean_pass(model: nn.Module, layers: dict[str, nn.Linear], params: list[nn.Parameter],
-                x: torch.Tensor, y: torch.Tensor):
-    cap = Capture(layers)
+def _clean_pass(c: _Cycle, batch: Batch) -> _Clean:
+    cap = Capture(c.layers)
     with cap.attach():
-        _, loss = model(x, y)
-    names = list(layers)
-    grads = torch.autograd.grad(loss, [cap.outputs[n] for n in names] + params,
+        loss = c.loss_fn(c.model, batch)
+    names = list(c.layers)
+    grads = torch.autograd.grad(loss, [cap.outputs[n] for n in names] + c.params,
                                 retain_graph=True, allow_unused=True)
-    out_grads = dict(zip(names, grads[:len(names)], strict=True))
-    param_grads = list(grads[len(names):])
-    return loss, cap, out_grads, param_grads
+    return _Clean(loss=loss, cap=cap, out_grads=dict(zip(names, grads[:len(names)], strict=True)),
+                  param_grads=list(grads[len(names):]))
 
 
-def _propagation_gains(cap: Capture, params: list[nn.Parameter], gains: list,
-                       gen: torch.Generator) -> dict[str, float]:
-    """``||a * J_X z||^2`` per distinct layer input ``X`` (one backward noise pass each)."""
-    groups: dict[int, list[str]] = defaultdict(list)
-    for n, x in cap.inputs.items():
-        groups[id(x)].append(n)
-    kappa = {}
-    for members in groups.values():
-        x = cap.inputs[members[0]]
-        k = 0.0
-        if x.requires_grad:
-            vj = torch.autograd.grad(x, params, grad_outputs=_rademacher(x, gen).to(x.dtype),
-                                     retain_graph=True, allow_unused=True)
-            k = sum(float(((a * v.float()) ** 2).sum()) for a, v in zip(gains, vj, strict=True)
-                    if v is not None)
-        for n in members:
-            kappa[n] = k
-    return kappa
-
-
-def _noise_pass(model: nn.Module, layers: dict[str, nn.Linear], cap: Capture,
-                x: torch.Tensor, y: torch.Tensor, scale: float, gen: torch.Generator):
-    """Perturbed operand gradients and the noise used: ``{name: (zx, sx, zw, sw, gx, gw)}``."""
-    z = {}
-    noise = {}
+def _noise_pass(c: _Cycle, layers: dict[str, nn.Linear], cap: Capture, batch: Batch) -> dict:
+    """Hutchinson: perturbed operand gradients and noise, ``{name: (zx, sx, zw, sw, gx, gw)}``."""
+    z, noise = {}, {}
     for n, m in layers.items():
         xin = cap.inputs[n]
-        zx, zw = _rademacher(xin, gen), _rademacher(m.weight, gen)
-        sx, sw = scale * _rms(xin), scale * _rms(m.weight)
+        zx, zw = _rademacher(xin, c.gen), _rademacher(m.weight, c.gen)
+        sx, sw = c.cfg.noise_scale * _rms(xin), c.cfg.noise_scale * _rms(m.weight)
         z[n] = (zx, sx, zw, sw)
         noise[n] = Noise(x=sx * zx, w=sw * zw)
     cap2 = Capture(layers, noise=noise)
     with cap2.attach():
-        _, loss = model(x, y)
+        loss = c.loss_fn(c.model, batch)
     names = list(layers)
     grads = torch.autograd.grad(loss, [cap2.inputs[n] for n in names] +
                                 [layers[n].weight for n in names], allow_unused=True)
@@ -178,79 +211,162 @@ def _noise_pass(model: nn.Module, layers: dict[str, nn.Linear], cap: Capture,
     return {n: (*z[n], grads[i], grads[k + i]) for i, n in enumerate(names)}
 
 
-def _err(t: torch.Tensor, spec, axis: int, grad: bool, gen: torch.Generator) -> torch.Tensor:
+@dataclass(frozen=True)
+class OperandCurvature:
+    """Hutchinson estimates of the Hessian diagonals w.r.t. one layer's input and weight."""
+
+    x: torch.Tensor  # (tokens, in_features)
+    w: torch.Tensor  # (out_features, in_features)
+
+
+def hutchinson(model: nn.Module, batch: Batch, *, samples: int = 1, noise_scale: float = 0.05,
+               loss_fn: LossFn | None = None, seed: int = 0) -> dict[str, OperandCurvature]:
+    """``diag(d^2 L / dX_l^2)`` and ``diag(d^2 L / dW_l^2)`` for every linear layer, averaged
+    over ``samples`` forward noise passes (what :func:`measure` uses, exposed for checking)."""
+    gen = torch.Generator().manual_seed(seed)
+    c = _Cycle(model=model, layers=linear_layers(model),
+               params=[p for p in model.parameters() if p.requires_grad], optimizer=None,
+               cfg=SensitivityConfig(noise_scale=noise_scale), loss_fn=loss_fn or default_loss,
+               gen=gen, err_gen=gen)
+    clean = _clean_pass(c, batch)
+    out: dict[str, OperandCurvature] = {}
+    for _ in range(samples):
+        noisy = _noise_pass(c, c.layers, clean.cap, batch)
+        for n, m in c.layers.items():
+            w = m.weight.detach().float()
+            x2 = clean.cap.inputs[n].detach().float().reshape(-1, w.shape[1])
+            g2 = clean.out_grads[n].detach().float().reshape(-1, w.shape[0])
+            hx, hw = _curvature(noisy[n], x2, w, g2 @ w, g2.T @ x2)
+            prev = out.get(n)
+            out[n] = OperandCurvature(x=hx / samples + (prev.x if prev else 0),
+                                      w=hw / samples + (prev.w if prev else 0))
+    return out
+
+
+def _err(t: torch.Tensor, spec: QuantSpec, axis: int, grad: bool,
+         gen: torch.Generator) -> torch.Tensor:
     rounding = spec.grad_rounding if grad else None
     return quantize(t, spec, axis=axis, rounding=rounding, generator=gen if grad else None) - t
 
 
-def _layer_metrics(name: str, m: nn.Linear, x: torch.Tensor, g: torch.Tensor,
-                   dw: torch.Tensor, gain, kappa: float, noisy: tuple, cfg: SensitivityConfig,
-                   gen: torch.Generator, sums: _Sums) -> None:
-    """Add one micro-batch's divergences of layer ``name`` for every candidate to ``sums``.
+def _weight_errors(c: _Cycle, name: str, cand: str) -> tuple[torch.Tensor, ...]:
+    """``(E^W fprop, Q(W) dgrad, E^W dgrad)``: the weight is fixed for the whole cycle."""
+    key = (name, cand)
+    if key not in c.weight_errors:
+        w = c.layers[name].weight.detach().float()
+        spec = get_spec(cand).for_weight()
+        ewd = _err(w, spec, 0, False, c.err_gen)
+        c.weight_errors[key] = (_err(w, spec, -1, False, c.err_gen), w + ewd, ewd)
+    return c.weight_errors[key]
 
-    ``gen`` drives the stochastic rounding of the gradient operands; it lives on the model's
-    device (``quantize`` draws its uniforms there).
-    """
+
+def _curvature(noisy: tuple, x2: torch.Tensor, w: torch.Tensor, dx: torch.Tensor,
+               dw: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     zx, sx, zw, sw, gx2, gw2 = noisy
-    w = m.weight.detach().float()
-    x2 = x.detach().float().reshape(-1, w.shape[1])
-    g2 = g.detach().float().reshape(-1, w.shape[0])
-    dx = g2 @ w
     hx = (zx.reshape(x2.shape) * (gx2.detach().float().reshape(x2.shape) - dx) / sx
           if gx2 is not None else torch.zeros_like(x2))
     hw = zw * (gw2.detach().float() - dw) / sw if gw2 is not None else torch.zeros_like(w)
-    a2 = gain * gain if isinstance(gain, torch.Tensor) else float(gain) ** 2
-    for key, v in (("x", x2), ("w", w), ("y", x2 @ w.T), ("dy", g2), ("dx", dx), ("dw", dw)):
+    return hx, hw
+
+
+def _layer_metrics(c: _Cycle, name: str, x: torch.Tensor, g: torch.Tensor, dw: torch.Tensor,
+                   weights: Mapping[str, torch.Tensor | float], noisy: tuple, source: str,
+                   sums: _Sums) -> list[propagate.Probe]:
+    """Add one micro-batch's fprop and wgrad divergences of layer ``name`` to ``sums`` and
+    return its dgrad probes (one per candidate) for :mod:`snip.sensitivity.propagate`."""
+    w = c.layers[name].weight.detach().float()
+    x2 = x.detach().float().reshape(-1, w.shape[1])
+    g2 = g.detach().float().reshape(-1, w.shape[0])
+    dx = g2 @ w
+    hx, hw = _curvature(noisy, x2, w, dx, dw)
+    for key, v in (("x", x2), ("w", w), ("dy", g2), ("dx", dx), ("dw", dw)):
         sums.add((name, "stat", key + "_norm"), v.norm())
-    for c in cfg.candidates:
-        spec = get_spec(c)
-        ex, ew = _err(x2, spec, -1, False, gen), _err(w, spec.for_weight(), -1, False, gen)
-        ewd = _err(w, spec.for_weight(), 0, False, gen)
-        egd, egw = _err(g2, spec, -1, True, gen), _err(g2, spec, 0, True, gen)
-        exw = _err(x2, spec, 0, False, gen)
+    probes = []
+    for cand in c.cfg.candidates:
+        spec = get_spec(cand)
+        ew, wqd, ewd = _weight_errors(c, name, cand)
+        ex = _err(x2, spec, -1, False, c.err_gen)
+        egd, egw = _err(g2, spec, -1, True, c.err_gen), _err(g2, spec, 0, True, c.err_gen)
+        exw = _err(x2, spec, 0, False, c.err_gen)
         dl = 0.5 * ((ex * ex * hx).sum() + (ew * ew * hw).sum())
-        if cfg.first_order:
+        if c.cfg.first_order:
             dl = dl + (dx * ex).sum() + (dw * ew).sum()
-        own = (a2 * ((egw * egw).T @ (x2 * x2) + (g2 * g2).T @ (exw * exw))).sum()
-        energy = (egd * egd).sum(0) @ (w * w).sum(1) + (g2 * g2).sum(0) @ (ewd * ewd).sum(1)
-        sums.add((name, Gemm.FPROP.value, c, "dl"), dl)
-        sums.add((name, Gemm.WGRAD.value, c, "dw"), own)
-        sums.add((name, Gemm.DGRAD.value, c, "dw"), energy / x2.numel() * kappa)
+        sums.add((name, Gemm.FPROP.value, cand, "dl"), dl)
+        xq2, fixed = (x2 + exw) ** 2, g2.T @ exw
+        random_part = (egw * egw).T @ xq2
+        for k, om in weights.items():
+            sums.add((name, Gemm.WGRAD.value, cand, k), (om * (random_part + fixed * fixed)).sum())
+        probes.append(propagate.Probe(layer=name, candidate=cand, source=source,
+                                      vector=propagate.shaped_probe(g2, egd, wqd, ewd, c.gen)))
         for op, e, t in (("x", ex, x2), ("w", ew, w), ("dy", egd, g2)):
-            sums.add((name, "rel", c, op), e.norm() / t.norm().clamp_min(1e-30))
+            sums.add((name, "rel", cand, op), e.norm() / t.norm().clamp_min(1e-30))
+    return probes
 
 
-def _one_batch(model: nn.Module, layers: dict[str, nn.Linear], params: list[nn.Parameter],
-               optimizer, x: torch.Tensor, y: torch.Tensor, cfg: SensitivityConfig,
-               gen: torch.Generator, err_gen: torch.Generator, sums: _Sums) -> None:
-    """``gen`` (CPU) draws the Rademacher noise, ``err_gen`` (model device) the rounding."""
-    loss, cap, out_grads, param_grads = _clean_pass(model, layers, params, x, y)
-    sums.add(("loss",), loss.detach())
-    gains = [update_gain(optimizer, p, g) if g is not None else 0.0
-             for p, g in zip(params, param_grads, strict=True)]
-    kappa = _propagation_gains(cap, params, gains, gen)
-    names = list(layers)
+def _sources(cap: Capture) -> dict[str, str]:
+    """Layer -> first layer reading the same input tensor (q/k/v and gate/up share one)."""
+    first: dict[int, str] = {}
+    return {n: first.setdefault(id(x), n) for n, x in cap.inputs.items()}
+
+
+def _inputs_at(c: _Cycle, batch: Batch, sources: Sequence[str]):
+    layers = {n: c.layers[n] for n in sources}
+
+    def run() -> dict[str, torch.Tensor]:
+        cap = Capture(layers)
+        with cap.attach(), torch.no_grad():
+            c.loss_fn(c.model, batch)
+        return {n: cap.inputs[n] for n in sources}
+    return run
+
+
+def _one_batch(c: _Cycle, batch: Batch, sums: _Sums) -> None:
+    t0 = time.perf_counter()
+    clean = _clean_pass(c, batch)
+    sums.add(("seconds", "clean_pass"), time.perf_counter() - t0)
+    sums.add(("loss",), clean.loss.detach())
+    grads = clean.param_grads
+    gains = [update_gain(c.optimizer, p, g) if g is not None else 0.0
+             for p, g in zip(c.params, grads, strict=True)]
+    weights = {"dw": [a * a for a in gains],
+               "dwn": [nats_weight(c.optimizer, p, g) if g is not None else 0.0
+                       for p, g in zip(c.params, grads, strict=True)]}
+    names = list(c.layers)
     noisy = {}
-    for k in range(min(cfg.noise_groups, len(names))):
-        group = {n: layers[n] for n in names[k::cfg.noise_groups]}
-        noisy.update(_noise_pass(model, group, cap, x, y, cfg.noise_scale, gen))
-    index = {id(p): i for i, p in enumerate(params)}
-    for n, m in layers.items():
+    for k in range(min(c.cfg.noise_groups, len(names))):
+        group = {n: c.layers[n] for n in names[k::c.cfg.noise_groups]}
+        noisy.update(_noise_pass(c, group, clean.cap, batch))
+    index = {id(p): i for i, p in enumerate(c.params)}
+    sources = _sources(clean.cap)
+    probes = []
+    for n, m in c.layers.items():
         i = index[id(m.weight)]
-        dw = param_grads[i].detach().float() if param_grads[i] is not None else \
+        dw = grads[i].detach().float() if grads[i] is not None else \
             torch.zeros_like(m.weight, dtype=torch.float32)
-        _layer_metrics(n, m, cap.inputs[n], out_grads[n], dw, gains[i], kappa[n], noisy[n],
-                       cfg, err_gen, sums)
-    del loss, cap
+        per_param = {k: v[i] for k, v in weights.items()}
+        probes += _layer_metrics(c, n, clean.cap.inputs[n], clean.out_grads[n], dw, per_param,
+                                 noisy[n], sources[n], sums)
+        sums.add((n, "stat", "y_norm"), clean.cap.outputs[n].detach().float().norm())
+    inputs = {s: clean.cap.inputs[s] for s in set(sources.values())}
+    if c.cfg.propagation is Propagation.EXACT:
+        prop = propagate.exact(probes, inputs, c.params, weights)
+    else:
+        prop = propagate.joint(probes, inputs, c.params, weights,
+                               _inputs_at(c, batch, sorted(inputs)), c.gen)
+    for (n, cand), p in prop.items():
+        for k, v in p.energy.items():
+            sums.add((n, Gemm.DGRAD.value, cand, k), v)
 
 
 def measure(model: nn.Module, batch_fn: BatchFn, *, optimizer=None,
             config: SensitivityConfig | None = None, step: int | None = None,
-            layers: Sequence[str] | None = None) -> SensitivityTable:
+            layers: Sequence[str] | None = None, loss_fn: LossFn | None = None,
+            batch_offset: int = 0) -> SensitivityTable:
     """Run the statistics cycle on ``config.micro_batches`` batches and build the table.
 
-    ``batch_fn(i)`` returns the i-th (tokens, targets) calibration batch; ``optimizer`` supplies
-    the AdamW state (without it the update gain is 1, i.e. raw gradient deviation).  Weights,
+    ``batch_fn(batch_offset + i)`` returns the i-th calibration batch; ``loss_fn(model,
+    batch)`` its scalar loss (default: :func:`snip.sensitivity.loss.default_loss`).
+    ``optimizer`` supplies the AdamW state (without it the update gain is 1).  Weights,
     ``.grad`` fields and optimizer state are not modified.
     """
     cfg = config or SensitivityConfig()
@@ -259,43 +375,53 @@ def measure(model: nn.Module, batch_fn: BatchFn, *, optimizer=None,
     missing = [n for n in names if n not in all_linear]
     if missing:
         raise ValueError(f"{missing[0]!r} is not a linear layer of this model")
-    chosen = {n: all_linear[n] for n in names}
-    params = [p for p in model.parameters() if p.requires_grad]
     device = next(model.parameters()).device
     gen = torch.Generator(device="cpu").manual_seed(cfg.seed)
     # Stochastic rounding draws on the operands' device; on CPU both streams are one generator.
     err_gen = gen if device.type == "cpu" else \
         torch.Generator(device=device).manual_seed(cfg.seed)
-    sums, tokens = _Sums(), 1
+    c = _Cycle(model=model, layers={n: all_linear[n] for n in names},
+               params=[p for p in model.parameters() if p.requires_grad], optimizer=optimizer,
+               cfg=cfg, loss_fn=loss_fn or default_loss, gen=gen, err_gen=err_gen)
+    sums, tokens, full = _Sums(), 1, 1
     with high_precision(model):
         for i in range(cfg.micro_batches):
-            x, y = (t.to(device) for t in batch_fn(i))
-            tokens = int(x.numel())
-            _one_batch(model, chosen, params, optimizer, x, y, cfg, gen, err_gen, sums)
+            whole = batch_fn(batch_offset + i)
+            batch = batch_to(take_rows(whole, cfg.rows), device)
+            tokens, full = batch_tokens(batch), batch_tokens(whole)
+            _one_batch(c, batch, sums)
     avg = sums.reduce(cfg.micro_batches)
-    weight_sq = float(sum(p.detach().float().pow(2).sum() for p in params))
-    return _build_table(model, chosen, optimizer, cfg, avg, tokens, step, weight_sq)
+    weight_sq = float(sum(p.detach().float().pow(2).sum() for p in c.params))
+    table = _build_table(c, avg, tokens, cfg.step_tokens or full, step, weight_sq, batch_offset)
+    table.meta["calib_batch_tokens"] = full
+    return table
 
 
-def _build_table(model: nn.Module, layers: dict[str, nn.Linear], optimizer,
-                 cfg: SensitivityConfig, avg: dict[tuple, float], tokens: int,
-                 step: int | None, weight_sq: float) -> SensitivityTable:
-    raw = {n: {g: {c: (avg.get((n, g, c, "dl"), 0.0), avg.get((n, g, c, "dw"), 0.0))
-                   for c in cfg.candidates} for g in GEMMS} for n in layers}
+def _build_table(c: _Cycle, avg: dict[tuple, float], tokens: int, step_tokens: int,
+                 step: int | None, weight_sq: float, batch_offset: int) -> SensitivityTable:
+    cfg = c.cfg
+    # Gradient-noise energy falls like 1/tokens: express it for one optimizer step.
+    r = tokens / step_tokens
+    raw = {n: {g: {k: Raw(avg.get((n, g, k, "dl"), 0.0), r * avg.get((n, g, k, "dw"), 0.0),
+                          r * avg.get((n, g, k, "dwn"), 0.0))
+                   for k in cfg.candidates} for g in GEMMS} for n in c.layers}
     loss = avg[("loss",)]
-    metrics = normalize(raw, cfg.normalization, loss=loss, weight_sq=weight_sq)
-    flops = gemm_flops(model, tokens, layers)
+    metrics = normalize(raw, cfg.normalization, loss=loss, weight_sq=weight_sq, terms=cfg.terms)
+    flops = gemm_flops(c.model, tokens, c.layers)
     entries = {}
-    for n, m in layers.items():
+    for n, m in c.layers.items():
         stats = {k[2]: v for k, v in avg.items() if k[:2] == (n, "stat")}
-        stats["adam"] = adam_summary(optimizer, m.weight)
-        rel = {c: {op: avg[(n, "rel", c, op)] for op in ("x", "w", "dy")} for c in cfg.candidates}
+        stats["adam"] = adam_summary(c.optimizer, m.weight)
+        rel = {k: {op: avg[(n, "rel", k, op)] for op in ("x", "w", "dy")} for k in cfg.candidates}
         entries[n] = LayerEntry(in_features=m.in_features, out_features=m.out_features,
                                 flops={g.value: float(f) for g, f in flops[n].items()},
                                 metrics=metrics[n], rel_err=rel, stats=stats)
     return SensitivityTable(candidates=cfg.candidates, layers=entries, tokens=tokens, loss=loss,
-                            step=step, normalization=cfg.normalization,
-                            meta={"micro_batches": cfg.micro_batches,
+                            step=step, normalization=cfg.normalization, terms=cfg.terms,
+                            meta={"micro_batches": cfg.micro_batches, "batch_offset": batch_offset,
+                                  "rows": cfg.rows, "step_tokens": step_tokens,
                                   "noise_scale": cfg.noise_scale, "first_order": cfg.first_order,
                                   "noise_groups": cfg.noise_groups,
+                                  "propagation": cfg.propagation.value,
+                                  "clean_pass_seconds": avg[("seconds", "clean_pass")],
                                   "weight_sq": weight_sq})

@@ -51,6 +51,8 @@ class Capture:
             x = args[0]
             if self.noise is not None and self.noise[name].x is not None:
                 x = x + self.noise[name].x.to(x.dtype)
+                if not x.requires_grad and torch.is_grad_enabled():
+                    x.requires_grad_()  # a model input: the curvature still needs d loss / dX
                 self.inputs[name] = x
                 return (x, *args[1:])
             self.inputs[name] = x

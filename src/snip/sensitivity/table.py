@@ -23,6 +23,15 @@ Normalisation (:class:`Normalization`):
   -- each metric sums to 1 over the model at its worst candidate, so the unweighted objective
   ``dL_hat + dW_hat`` weighs forward and backward damage equally.
 * ``RELATIVE``: ``dL / L`` (relative loss increase) and ``dW / ||theta||^2`` (relative drift).
+* ``NATS``: both metrics already in nats of training loss -- ``dL`` and ``dW_nats``, the
+  stationary excess loss that the backward GEMM's gradient noise causes under Adam
+  (:func:`snip.sensitivity.adam.nats_weight`) -- divided by *one* common constant
+  ``Z = sum_{l,g} max_p (dL + dW_nats)``, so the exchange rate between the two is physical,
+  not an arbitrary 1:1 of separately normalised sums.
+
+:class:`Terms` selects what the objective adds (``BOTH``; ``LOSS`` or ``WEIGHT`` alone for the
+ablation).  :func:`blend` mixes two tables (the controller's exponential moving average), so a
+plan does not hinge on one noisy cycle.
 
 Negative raw estimates (the curvature estimate is stochastic) are clamped to zero when
 normalising; the raw values are kept as measured.
@@ -47,6 +56,24 @@ GEMMS = GEMM_NAMES
 class Normalization(enum.Enum):
     SUM = "sum"
     RELATIVE = "relative"
+    NATS = "nats"
+
+
+class Terms(enum.Enum):
+    """Which divergences enter the planner's objective (``LOSS``/``WEIGHT``: ablations)."""
+
+    BOTH = "both"
+    LOSS = "loss"
+    WEIGHT = "weight"
+
+
+@dataclass(frozen=True)
+class Raw:
+    """Raw divergences of one GEMM at one candidate, before normalisation."""
+
+    loss_div: float = 0.0          # nats (fprop only)
+    weight_div: float = 0.0        # squared update deviation E||a dg||^2 (dgrad, wgrad)
+    weight_div_nats: float = 0.0   # stationary excess loss in nats (dgrad, wgrad)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,6 +84,7 @@ class Metric:
     weight_div: float = 0.0
     loss_div_norm: float = 0.0
     weight_div_norm: float = 0.0
+    weight_div_nats: float = 0.0
 
     @property
     def objective(self) -> float:
@@ -65,7 +93,12 @@ class Metric:
 
     def to_dict(self) -> dict[str, float]:
         return {"loss_div": self.loss_div, "weight_div": self.weight_div,
-                "loss_div_norm": self.loss_div_norm, "weight_div_norm": self.weight_div_norm}
+                "loss_div_norm": self.loss_div_norm, "weight_div_norm": self.weight_div_norm,
+                "weight_div_nats": self.weight_div_nats}
+
+    @property
+    def raw(self) -> Raw:
+        return Raw(self.loss_div, self.weight_div, self.weight_div_nats)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,11 +153,13 @@ class SensitivityTable:
     loss: float = float("nan")
     step: int | None = None
     normalization: Normalization = Normalization.SUM
+    terms: Terms = Terms.BOTH
     meta: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "candidates", tuple(self.candidates))
         object.__setattr__(self, "normalization", Normalization(self.normalization))
+        object.__setattr__(self, "terms", Terms(self.terms))
         if not self.layers:
             raise ValueError("a sensitivity table needs at least one layer")
         for name, entry in self.layers.items():
@@ -143,7 +178,8 @@ class SensitivityTable:
     def to_dict(self) -> dict:
         return {"version": TABLE_VERSION, "candidates": list(self.candidates),
                 "tokens": self.tokens, "loss": _finite_or_none(self.loss), "step": self.step,
-                "normalization": self.normalization.value, "meta": self.meta,
+                "normalization": self.normalization.value, "terms": self.terms.value,
+                "meta": self.meta,
                 "layers": {n: e.to_dict() for n, e in self.layers.items()}}
 
     def to_json(self, path: str | Path | None = None) -> str:
@@ -162,6 +198,7 @@ class SensitivityTable:
         return cls(candidates=tuple(d["candidates"]), tokens=int(d.get("tokens", 1)),
                    loss=float("nan") if loss is None else float(loss), step=d.get("step"),
                    normalization=Normalization(d.get("normalization", "sum")),
+                   terms=Terms(d.get("terms", "both")),
                    meta=dict(d.get("meta", {})),
                    layers={n: LayerEntry.from_dict(n, e) for n, e in d["layers"].items()})
 
@@ -180,24 +217,90 @@ def _finite_or_none(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def normalize(raw: Mapping[str, Mapping[str, Mapping[str, tuple[float, float]]]],
-              mode: Normalization = Normalization.SUM, *, loss: float = 1.0,
-              weight_sq: float = 1.0) -> dict[str, dict[str, dict[str, Metric]]]:
-    """Raw ``{layer: {gemm: {cand: (dL, dW)}}}`` -> :class:`Metric` with normalised forms."""
-    mode = Normalization(mode)
+RawTable = Mapping[str, Mapping[str, Mapping[str, Raw]]]  # layer -> gemm -> candidate
+
+
+def _scales(raw: RawTable, mode: Normalization, loss: float,
+            weight_sq: float) -> tuple[float, float]:
+    def total(f) -> float:
+        return sum(max(f(v) for v in g.values()) for lay in raw.values() for g in lay.values())
+
     if mode is Normalization.SUM:
-        zl = sum(max(max(v[0], 0.0) for v in g.values()) for lay in raw.values()
-                 for g in lay.values())
-        zw = sum(max(max(v[1], 0.0) for v in g.values()) for lay in raw.values()
-                 for g in lay.values())
+        zl = total(lambda v: max(v.loss_div, 0.0))
+        zw = total(lambda v: max(v.weight_div, 0.0))
+    elif mode is Normalization.NATS:
+        zl = zw = total(lambda v: max(v.loss_div, 0.0) + max(v.weight_div_nats, 0.0))
     else:
         zl, zw = abs(loss), weight_sq
-    zl = zl if zl > 0 else 1.0
-    zw = zw if zw > 0 else 1.0
-    return {n: {g: {c: Metric(loss_div=dl, weight_div=dw, loss_div_norm=max(dl, 0.0) / zl,
-                              weight_div_norm=max(dw, 0.0) / zw)
-                    for c, (dl, dw) in cs.items()} for g, cs in lay.items()}
+    return (zl if zl > 0 else 1.0), (zw if zw > 0 else 1.0)
+
+
+def normalize(raw: RawTable, mode: Normalization = Normalization.SUM, *, loss: float = 1.0,
+              weight_sq: float = 1.0,
+              terms: Terms = Terms.BOTH) -> dict[str, dict[str, dict[str, Metric]]]:
+    """Raw ``{layer: {gemm: {cand: Raw}}}`` -> :class:`Metric` with normalised forms."""
+    mode, terms = Normalization(mode), Terms(terms)
+    zl, zw = _scales(raw, mode, loss, weight_sq)
+    keep_l, keep_w = terms is not Terms.WEIGHT, terms is not Terms.LOSS
+
+    def metric(v: Raw) -> Metric:
+        w = v.weight_div_nats if mode is Normalization.NATS else v.weight_div
+        return Metric(loss_div=v.loss_div, weight_div=v.weight_div,
+                      weight_div_nats=v.weight_div_nats,
+                      loss_div_norm=max(v.loss_div, 0.0) / zl if keep_l else 0.0,
+                      weight_div_norm=max(w, 0.0) / zw if keep_w else 0.0)
+
+    return {n: {g: {c: metric(v) for c, v in cs.items()} for g, cs in lay.items()}
             for n, lay in raw.items()}
+
+
+def _mix(a: float, b: float, decay: float) -> float:
+    return decay * a + (1.0 - decay) * b
+
+
+def blend(old: SensitivityTable | None, new: SensitivityTable,
+          decay: float) -> SensitivityTable:
+    """Exponential moving average of raw divergences: ``decay * old + (1 - decay) * new``.
+
+    Layers or candidates missing from ``old`` take ``new``'s values.  Normalisation is redone on
+    the blended raw values, with ``new``'s mode and terms.  ``decay = 0`` returns ``new``."""
+    if not 0 <= decay < 1:
+        raise ValueError(f"EMA decay must be in [0, 1), got {decay!r}")
+    if old is None or decay == 0:
+        return new
+
+    def prev(n: str, g: str, c: str, now: Raw) -> Raw:
+        try:
+            return old.layers[n].metrics[g][c].raw
+        except KeyError:
+            return now
+
+    raw = {}
+    for n, e in new.layers.items():
+        raw[n] = {}
+        for g, cs in e.metrics.items():
+            raw[n][g] = {}
+            for c, m in cs.items():
+                a, b = prev(n, g, c, m.raw), m.raw
+                raw[n][g][c] = Raw(*(_mix(x, y, decay) for x, y in
+                                     zip(vars(a).values(), vars(b).values(), strict=True)))
+    loss = _mix(old.loss, new.loss, decay) if math.isfinite(old.loss) else new.loss
+    metrics = normalize(raw, new.normalization, loss=loss, terms=new.terms,
+                        weight_sq=float(new.meta.get("weight_sq", 1.0)))
+    layers = {}
+    for n, e in new.layers.items():
+        o = old.layers.get(n)
+        rel = {c: {op: _mix(o.rel_err[c][op], v, decay)
+                   if o is not None and op in o.rel_err.get(c, {}) else v
+                   for op, v in ops.items()} for c, ops in e.rel_err.items()}
+        layers[n] = LayerEntry(in_features=e.in_features, out_features=e.out_features,
+                               flops=dict(e.flops), metrics=metrics[n], rel_err=rel,
+                               stats=dict(e.stats))
+    cycles = int(old.meta.get("ema", {}).get("cycles", 1)) + 1
+    return SensitivityTable(candidates=new.candidates, layers=layers, tokens=new.tokens,
+                            loss=loss, step=new.step, normalization=new.normalization,
+                            terms=new.terms,
+                            meta={**new.meta, "ema": {"decay": decay, "cycles": cycles}})
 
 
 def synthetic_table(n_layers: int, candidates: tuple[str, ...], *, seed: int = 0,
@@ -225,7 +328,7 @@ def synthetic_table(n_layers: int, candidates: tuple[str, ...], *, seed: int = 0
                     scale = 4.0 ** (8 - min(get_spec(c).bits, 16) / 2)  # 4 bits >> 8 bits
                     dl = base * scale * rng.uniform(0.5, 1.5) if g == "fprop" else 0.0
                     dw = 0.0 if g == "fprop" else base * scale * rng.uniform(0.5, 1.5)
-                    raw[name][g][c] = (dl, dw)
+                    raw[name][g][c] = Raw(dl, dw, 1e-3 * dw)
     metrics = normalize(raw)
     layers = {n: LayerEntry(in_features=k, out_features=m,
                             flops=dict.fromkeys(GEMMS, 2.0 * tokens * k * m), metrics=metrics[n],
