@@ -133,6 +133,7 @@ class Controller:
     step_tokens: int | None = None     # tokens per optimizer step (None: calibration batch's)
     loss_fn: LossFn | None = None
     seed: int = 0
+    plan_seed: int | None = None  # seed of the random baseline's plan (None: ``seed``)
     plans_dir: Path | str | None = None
     step_seconds: float | None = None  # set by a trainer that measures its own step time
     history: list[Cycle] = field(default_factory=list)
@@ -190,7 +191,7 @@ class Controller:
         self.ema = blend(self.ema, table, self.ema_decay)
         planned = plan_from_table(self.ema, self.budget, method=self.method,
                                   per_gemm=self.per_gemm, candidates=self.candidates,
-                                  seed=self.seed)
+                                  seed=self.seed if self.plan_seed is None else self.plan_seed)
         t2 = time.perf_counter()
         step_s, source = self._step_time(table)
         cycle = Cycle(step=step, stats_seconds=t1 - t0, solve_seconds=t2 - t1,

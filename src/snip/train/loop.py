@@ -39,7 +39,9 @@ import contextlib
 import math
 import os
 import signal
+import statistics
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -267,6 +269,8 @@ class Trainer:
         tb = self.dir / "tensorboard" if cfg.log.tensorboard and self.dist.is_main else None
         self.log = MetricsLog(log_path, tb)
         self.step_count, self.skipped = 0, 0
+        self.step_seconds: deque[float] = deque(maxlen=20)  # recent step times (for the cost
+        # of a statistics cycle in training steps, which the controller reports)
         self.eval_data = list(self.data.eval_batches(t.batch_size // t.grad_accum, t.seq_len,
                                                      t.eval_batches))
         self._branch_start = self.branched
@@ -358,8 +362,10 @@ class Trainer:
                 h.after_update(self)
             optimizer.zero_grad(set_to_none=True)
         self.step_count = done
+        seconds = time.perf_counter() - t0
+        self.step_seconds.append(seconds)
         return StepResult(step=done, loss=loss_val, lr=lr, grad_norm=grad_norm,
-                          skipped=not finite, seconds=time.perf_counter() - t0)
+                          skipped=not finite, seconds=seconds)
 
     def _log_due(self, done: int) -> bool:
         return done % self.cfg.log.every == 0 or done == self.cfg.train.steps
@@ -418,6 +424,8 @@ class Trainer:
             batch = self.data.train_batch(CALIBRATION_KEY + i, micro, t.seq_len)
             return tuple(v.to(self.device) for v in local_rows(batch, dist))
 
+        if self.step_seconds and hasattr(self.controller, "step_seconds"):
+            self.controller.step_seconds = statistics.median(self.step_seconds)
         new = self.controller.on_step_end(self.step_count, self.model, self.optimizer, batch_fn)
         if new is None:
             return False

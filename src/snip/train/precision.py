@@ -65,9 +65,10 @@ def make_controller(cfg: PrecisionSection, out_dir: Path, is_main: bool, seed: i
 
     warmup = cfg.warmup if cfg.warmup >= 0 else (0 if start > 0 else cfg.every)
     return Controller(budget=cfg.budget, every=cfg.every, out_dir=out_dir if is_main else None,
-                      seed=seed + cfg.plan_seed, warmup=max(1, start + warmup), method=cfg.method,
+                      seed=seed, plan_seed=cfg.plan_seed, warmup=max(1, start + warmup),
+                      method=cfg.method,
                       per_gemm=cfg.per_gemm, candidates=cfg.candidate_list or DEFAULT_CANDIDATES,
-                      micro_batches=cfg.calib_batches)
+                      calib_batches=cfg.calib_batches)
 
 
 def explicit(plan: PrecisionPlan, model: nn.Module, step: int) -> PrecisionPlan:
