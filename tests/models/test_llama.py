@@ -140,6 +140,7 @@ def test_meta_build_70b_is_instant():
 # Published parameter counts (rounded) of each named size, and a loose band for ours.
 _EXPECTED = {
     "tiny": (0.1e6, 0.2e6),
+    "tiny-deep": (0.3e6, 0.4e6),
     "small": (0.7e6, 1.0e6),
     "tinyllama-1.1b": (1.09e9, 1.11e9),
     "llama2-7b": (6.7e9, 6.8e9),

@@ -98,6 +98,12 @@ _CONFIGS: dict[str, ModelConfig] = {
         dim=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn_hidden=192, vocab_size=256,
         max_seq_len=128,
     ),
+    # tiny's width, three times its depth: 42 linear layers, enough decision units for the
+    # planner's choices (and SNIP's against a per-type rule) to differ
+    "tiny-deep": ModelConfig(
+        dim=64, n_layers=6, n_heads=4, n_kv_heads=2, ffn_hidden=192, vocab_size=256,
+        max_seq_len=128,
+    ),
     "small": ModelConfig(
         dim=128, n_layers=4, n_heads=4, n_kv_heads=2, ffn_hidden=384, vocab_size=256,
         max_seq_len=256,
