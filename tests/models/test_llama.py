@@ -162,7 +162,7 @@ def test_small_config_is_tile_friendly():
 
 
 def test_get_config_errors_and_overrides():
-    with pytest.raises(ValueError, match="valid names: tiny, small"):
+    with pytest.raises(ValueError, match="valid names: tiny, tiny-deep, small"):
         get_config("llama9")
     with pytest.raises(ValueError, match="unknown ModelConfig field"):
         get_config("tiny", width=3)
