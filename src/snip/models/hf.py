@@ -2,11 +2,13 @@
 
 Three jobs:
 
-- `tiny_hf_model(arch)` builds a small randomly initialized Llama, Qwen2 or Mistral model from a
-  hand-written config, offline, so tests and examples can exercise quantization of real HF
-  modules without downloading anything.
-- `hf_linear_layers(model)` lists the decoder projections (q/k/v/o, gate/up/down) that
-  `snip.nn.convert` would quantize; `lm_head` is left out like our `output`.
+- `tiny_hf_model(arch)` builds a small randomly initialized Llama, Qwen2, Mistral or GPT-2 model
+  from a hand-written config, offline, so tests and examples can exercise quantization of real
+  HF modules without downloading anything.  (GPT-2's projections are `Conv1D`, not `nn.Linear`:
+  the case `snip.convert` must not miss.)
+- `hf_linear_layers(model)` lists the decoder projections (q/k/v/o, gate/up/down; GPT-2's
+  c_attn/c_proj/c_fc) that `snip.nn.convert` would quantize; `lm_head` is left out like our
+  `output`.
 - `from_hf_llama(hf_model)` copies a `LlamaForCausalLM` (or a Mistral model without sliding
   window) into our `Transformer`. The mapping is one to one because our RoPE pairs coordinates
   i and i + head_dim/2 exactly like HF's `rotate_half`, so no q/k row permutation is needed:
@@ -34,7 +36,8 @@ from snip.models.configs import ModelConfig
 from snip.models.llama import Transformer, build_model
 
 HF_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-TINY_ARCHS = ("llama", "qwen2", "mistral")
+GPT2_PROJECTIONS = ("c_attn", "c_proj", "c_fc")
+TINY_ARCHS = ("llama", "qwen2", "mistral", "gpt2")
 
 
 def _transformers() -> ModuleType:
@@ -49,7 +52,8 @@ def _transformers() -> ModuleType:
 
 def tiny_hf_model(arch: str = "llama", seed: int = 0) -> nn.Module:
     """A small random `{Llama,Qwen2,Mistral}ForCausalLM` (hidden 64, 2 layers, 4 heads with
-    2 KV heads, vocab 256), built offline; the global RNG state is left untouched."""
+    2 KV heads, vocab 256) or `GPT2LMHeadModel` (same width, depth, heads and vocab), built
+    offline; the global RNG state is left untouched."""
     if arch not in TINY_ARCHS:
         raise ValueError(f"unknown arch {arch!r}; valid: {', '.join(TINY_ARCHS)}")
     tf = _transformers()
@@ -62,21 +66,26 @@ def tiny_hf_model(arch: str = "llama", seed: int = 0) -> nn.Module:
         config, cls = tf.LlamaConfig(**shape), tf.LlamaForCausalLM
     elif arch == "qwen2":  # Qwen2 has q/k/v biases; keep full attention, no sliding window
         config, cls = tf.Qwen2Config(**shape, use_sliding_window=False), tf.Qwen2ForCausalLM
-    else:
+    elif arch == "mistral":
         config, cls = tf.MistralConfig(**shape, sliding_window=None), tf.MistralForCausalLM
+    else:
+        config = tf.GPT2Config(vocab_size=256, n_positions=128, n_embd=64, n_layer=2, n_head=4,
+                               bos_token_id=0, eos_token_id=0)
+        cls = tf.GPT2LMHeadModel
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = cls(config)
     return model.eval()
 
 
-def hf_linear_layers(model: nn.Module) -> list[tuple[str, nn.Linear]]:
-    """(name, module) for every decoder projection of an HF Llama-family model, in order."""
-    return [
-        (name, m)
-        for name, m in model.named_modules()
-        if isinstance(m, nn.Linear) and name.rsplit(".", 1)[-1] in HF_PROJECTIONS
-    ]
+def hf_linear_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """(name, module) for every decoder projection of an HF Llama-family or GPT-2 model, in
+    order (`nn.Linear`, or GPT-2's `Conv1D`)."""
+    from snip.nn import is_linear_like
+
+    names = HF_PROJECTIONS + GPT2_PROJECTIONS
+    return [(name, m) for name, m in model.named_modules()
+            if is_linear_like(m) and name.rsplit(".", 1)[-1] in names]
 
 
 def _rope_theta(hf_config) -> float:
