@@ -20,6 +20,10 @@ Three jobs:
       model.layers.i.post_attention_layernorm -> layers.i.ffn_norm
       model.norm / lm_head                  -> norm / output
 
+The inverse, `to_hf_llama(model)` / `save_hf_llama(model, out)`, reads the same table backwards
+and writes a `LlamaForCausalLM` directory (`config.json` + `model.safetensors`); it is what
+`snip export RUN --format hf` runs on a checkpoint.
+
 `transformers` is imported only inside these functions; without it they raise an ImportError
 that says how to install it.
 """
@@ -27,6 +31,7 @@ that says how to install it.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from types import ModuleType
 
 import torch
@@ -166,3 +171,59 @@ def from_hf_llama(hf_model: nn.Module) -> Transformer:
         state.setdefault("output.weight", state["tok_embeddings.weight"])
     model.load_state_dict(state, strict=True)
     return model.eval()
+
+
+# --- snip -> Hugging Face (the inverse of from_hf_llama) --------------------------------------
+
+
+def hf_config_from(cfg: ModelConfig, dtype: torch.dtype = torch.float32):
+    """The `transformers.LlamaConfig` describing the same network as our `cfg`."""
+    tf = _transformers()
+    return tf.LlamaConfig(
+        vocab_size=cfg.vocab_size, hidden_size=cfg.dim, intermediate_size=cfg.ffn_hidden,
+        num_hidden_layers=cfg.n_layers, num_attention_heads=cfg.n_heads,
+        num_key_value_heads=cfg.n_kv_heads, head_dim=cfg.head_dim,
+        max_position_embeddings=cfg.max_seq_len, rms_norm_eps=cfg.norm_eps,
+        rope_theta=cfg.rope_theta, tie_word_embeddings=cfg.tie_embeddings,
+        attention_bias=False, mlp_bias=False, hidden_act="silu", bos_token_id=None,
+        eos_token_id=None, pad_token_id=None, dtype=str(dtype).removeprefix("torch."),
+    )
+
+
+def to_hf_llama(model: Transformer) -> nn.Module:
+    """A `transformers.LlamaForCausalLM` holding a copy of our `model`'s weights.
+
+    Quantized layers are plain linear layers as far as the weights go (a `QLinear` shares the
+    `nn.Linear` Parameters), so a converted model exports its fp32 master weights.
+    """
+    tf = _transformers()
+    state = model.state_dict()
+    dtype = state["tok_embeddings.weight"].dtype
+    with torch.device("meta"):
+        hf = tf.LlamaForCausalLM(hf_config_from(model.config, dtype))
+    hf = hf.to_empty(device="cpu").to(dtype)
+    # invert the HF -> snip renaming on the HF model's own keys: one table, no second copy
+    hf_name = {_rename(k): k for k in hf.state_dict() if "rotary_emb" not in k}
+    unknown = [k for k in state if k not in hf_name]
+    if unknown:
+        raise ValueError(f"no Hugging Face name for snip parameters {unknown[:3]}")
+    hf_state = {hf_name[k]: v.detach().cpu() for k, v in state.items()}
+    if model.config.tie_embeddings:
+        hf_state.pop("lm_head.weight", None)
+    missing, _ = hf.load_state_dict(hf_state, strict=False)
+    missing = [k for k in missing if not (model.config.tie_embeddings and k == "lm_head.weight")]
+    if missing:
+        raise ValueError(f"snip -> HF mapping incomplete: missing {missing[:3]}")
+    if model.config.tie_embeddings:
+        hf.tie_weights()
+    hf.model.rotary_emb.__init__(hf.config)  # meta-initialised buffers: rebuild inv_freq
+    return hf.eval()
+
+
+def save_hf_llama(model: Transformer, out: str | Path) -> Path:
+    """Write `model` as a Hugging Face Llama directory (`config.json`, `model.safetensors`,
+    `generation_config.json`) that `transformers.AutoModelForCausalLM.from_pretrained` loads."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    to_hf_llama(model).save_pretrained(out, safe_serialization=True)
+    return out
