@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from snip.report import load_run, summary, write_report
+from snip.report.screenshot import find_browser
 
 
 def _fake_run(root: Path, name: str, fp4_after: int) -> Path:
@@ -242,3 +243,22 @@ def test_cli_report_baseline(tmp_path: Path, capsys) -> None:
     assert "&Delta; val vs b" in (tmp_path / "o" / "report.html").read_text()
     assert main(["report", str(a), str(b), "--out", str(tmp_path / "o"), "--baseline", "c"]) == 2
     assert "--baseline 'c'" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(find_browser() is None, reason="no chromium on PATH")
+def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
+    """The page as a reader sees it: CSS applied, plots drawn (snip.report.screenshot)."""
+    import matplotlib.image
+    import numpy as np
+
+    from snip.report.screenshot import screenshot
+
+    runs = [_run(tmp_path, "bf16", precision="bf16", final=2.3),
+            _run(tmp_path, "snip", precision="adaptive", final=2.2, plans=_snip_plans())]
+    html = write_report(runs, out=tmp_path / "cmp")
+    png = screenshot(html, tmp_path / "shot.png", width=1200, height=1400)
+    img = (matplotlib.image.imread(png)[..., :3] * 255).round().astype(int)
+    assert img.shape[:2] == (1400, 1200)
+    assert len({tuple(c) for c in img.reshape(-1, 3)[::7]}) > 50  # not a blank page
+    best = np.array([0xE3, 0xF4, 0xE1])  # the CSS background of the best run's row
+    assert (np.abs(img - best).sum(-1) <= 3).sum() > 1000

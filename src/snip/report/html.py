@@ -41,11 +41,11 @@ nav a{margin-right:1em}
 .flex{display:flex;gap:1.5em;align-items:flex-start;flex-wrap:wrap}"""
 
 CPU_NOTE = ("Measured tokens/s is CPU emulation speed (fake quantization, then fp32 GEMMs), "
-            "not hardware speed: low precision is slower here, not faster. The projected relative GEMM time is the final "
-            "plan's GEMM FLOPs divided by each format's tensor-core speed-up over bf16 (cost "
-            "model, throughput profiles " + ", ".join(PROFILES) + "); 1.0 = as fast as "
-            "all-bf16, lower is faster; quantization kernels, attention and communication are "
-            "not in it.")
+            "not hardware speed: low precision is slower here, not faster. The projected "
+            "relative GEMM time is the final plan's GEMM FLOPs divided by each format's "
+            "tensor-core speed-up over bf16 (cost model, throughput profiles "
+            + ", ".join(PROFILES) + "); 1.0 = as fast as all-bf16, lower is faster; "
+            "quantization kernels, attention and communication are not in it.")
 
 
 @dataclass(frozen=True)

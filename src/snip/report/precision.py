@@ -21,7 +21,7 @@ from snip.report.runs import GEMMS, RunData, plan_formats, plan_layers
 
 PROFILES = ("hopper", "blackwell")
 _FAMILIES = {  # element bits -> colours for successive presets of that width
-    4: ("#d7301f", "#fc4e2a", "#b30000", "#f768a1", "#e7298a"),
+    4: ("#d7301f", "#f781bf", "#8c2d04", "#fb9a99", "#e7298a"),
     6: ("#fd8d3c", "#feb24c", "#d94801"),
     8: ("#2171b5", "#6baed6", "#08519c", "#9ecae1", "#4292c6", "#3f007d"),
     16: ("#41ab5d", "#a1d99b", "#006d2c"),
