@@ -28,7 +28,7 @@ from snip.report.precision import (
     precision_label,
     projected_gemm_time,
 )
-from snip.report.runs import GEMMS, RunData
+from snip.report.runs import GEMMS, RunData, plan_formats, plan_layers
 
 _CSS = """body{font-family:system-ui,sans-serif;max-width:1150px;margin:2em auto;color:#222;
 padding:0 1em}table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;
@@ -193,12 +193,14 @@ def _precision_section(runs: list[RunData], plots: list[Path]) -> Section | None
     for run in runs:
         title = f"<h3>{html.escape(run.name)}: {html.escape(precision_label(run))}</h3>"
         m = maps.get(run.name if len(runs) > 1 else "")
+        fmts = {f for _, plan in run.plans for f in plan_formats(plan, plan_layers([(0, plan)]))
+                .values()}
+        if len(fmts) == 1:  # one format everywhere, all run long: a sentence says it better
+            parts.append(f"{title}<p>Every linear-layer GEMM in {html.escape(fmts.pop())} for "
+                         "the whole run (embeddings, LM head and norms stay in high "
+                         "precision).</p>")
+            continue
         if m is None:
-            fmts = {f for _, specs in final_plan_rows(run) for f in specs.values()}
-            if len(fmts) == 1:
-                parts.append(f"{title}<p>Every linear-layer GEMM in {html.escape(fmts.pop())} "
-                             "for the whole run (embeddings, LM head and norms stay in "
-                             "high precision).</p>")
             continue
         parts.append(f"{title}<div class=flex><div style='flex:5;min-width:560px'>{_img(m)}"
                      f"</div><div style='flex:3'>{_plan_table(run)}</div></div>")

@@ -170,8 +170,6 @@ def precision_map(run: RunData, path: Path) -> Path | None:
     cells = [[plan_formats(plan, layers)[(layer, g)] for _, plan in run.plans]
              for layer in layers for g in GEMMS]
     formats = sort_formats({f for row in cells for f in row})
-    if len(formats) == 1:  # one format everywhere, all run long: a sentence says it better
-        return None
     grid = np.array([[formats.index(f) for f in row] for row in cells], dtype=float)
     fig, ax = plt.subplots(figsize=(9, max(3.0, 0.11 * len(grid) + 1.8)))
     cmap = ListedColormap([format_colour(f) for f in formats])
