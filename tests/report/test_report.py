@@ -262,3 +262,15 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     assert len({tuple(c) for c in img.reshape(-1, 3)[::7]}) > 50  # not a blank page
     best = np.array([0xE3, 0xF4, 0xE1])  # the CSS background of the best run's row
     assert (np.abs(img - best).sum(-1) <= 3).sum() > 1000
+
+
+def test_repeats_band_is_mean_min_max_of_validation_loss(tmp_path: Path) -> None:
+    from snip.report.plots import repeat_band
+
+    a = load_run(_run(tmp_path, "s_s1", precision="bf16", seed=1, final=2.3))
+    b = load_run(_run(tmp_path, "s_s2", precision="bf16", seed=2, final=2.5))
+    steps, mean, lo, hi = repeat_band([a, b], from_step=20)
+    assert steps == [20, 30, 40]
+    assert lo == a.s("val_loss").values[1:] and hi == b.s("val_loss").values[1:]
+    assert mean == pytest.approx([(x + y) / 2 for x, y in zip(lo, hi, strict=True)])
+    assert repeat_band([a]) is None

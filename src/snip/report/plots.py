@@ -3,7 +3,8 @@
 * ``loss.png``: training loss (thin) and validation loss (markers) against step, next to a
   zoomed panel of the last half of training -- the first losses (5.5 nats) would otherwise
   squash the differences that matter at the end (2.19 vs 2.25).  Repeats of one recipe (see
-  `snip.report.compare`) share a colour;
+  `snip.report.compare`) share a colour, and the zoom adds their mean validation loss (dashed,
+  squares) inside a band from their min to their max;
 * ``lr.png``: the learning-rate schedule;
 * ``fp4_fraction.png``: share of linear-layer GEMM FLOPs in a 4-bit format over time;
 * ``throughput.png``: training tokens per second (on a CPU: emulation speed, not hardware speed);
@@ -131,8 +132,24 @@ def zoom_range(runs: list[RunData]) -> tuple[float, float] | None:
     return lo - pad, hi + pad
 
 
+def repeat_band(group: list[RunData], from_step: float = 0
+                ) -> tuple[list[int], list[float], list[float], list[float]] | None:
+    """Validation loss of repeats at their common steps: (steps, mean, min, max)."""
+    if len(group) < 2:
+        return None
+    series = [dict(zip(r.s("val_loss").steps, r.s("val_loss").values, strict=True))
+              for r in group]
+    steps = sorted(set.intersection(*(set(s) for s in series)))
+    steps = [x for x in steps if x >= from_step]
+    if not steps:
+        return None
+    vals = [[s[x] for s in series] for x in steps]
+    return (steps, [sum(v) / len(v) for v in vals], [min(v) for v in vals],
+            [max(v) for v in vals])
+
+
 def loss_plot(runs: list[RunData], path: Path, colours: Colours,
-              labels: dict[str, str]) -> Path | None:
+              labels: dict[str, str], groups: list[list[RunData]] | None = None) -> Path | None:
     """Full-length loss curves and a zoom on the last half of training, side by side."""
     keys = [("loss", "line"), ("val_loss", "markers")]
     if not any(run.s(k).steps for run in runs for k, _ in keys):
@@ -147,6 +164,15 @@ def loss_plot(runs: list[RunData], path: Path, colours: Colours,
         for xs, ys, style in _zoom_series(run, last):
             zoom.plot(xs, ys, style, color=colours[run.name], ms=4,
                       lw=1.5 if style == "o-" else 1, alpha=1 if style == "o-" else 0.6)
+    for group in groups or []:  # repeats: their mean, and a band from min to max
+        band = repeat_band(group, last / 2)
+        if band is not None:
+            steps, mean, lo, hi = band
+            colour = colours[group[0].name]
+            zoom.fill_between(steps, lo, hi, color=colour, alpha=0.15, lw=0)
+            zoom.plot(steps, mean, "s--", color=colour, lw=2, ms=5)
+            zoom.annotate(f"mean of {len(group)}", (steps[-1], mean[-1]), fontsize=7,
+                          xytext=(4, 0), textcoords="offset points", va="center")
     limits = zoom_range(runs)
     if limits is not None:
         zoom.set_ylim(*limits)
@@ -218,7 +244,7 @@ def all_plots(runs: list[RunData], out: Path, *, groups: list[list[RunData]] | N
     labels = labels or {}
     cpu = "measured on this machine: CPU emulation speed is not hardware speed"
     made = [
-        loss_plot(runs, out / "loss.png", colours, labels),
+        loss_plot(runs, out / "loss.png", colours, labels, groups),
         _line_plot(runs, [("lr", "line")], "learning rate", "learning rate", out / "lr.png",
                    colours, labels),
         _line_plot(runs, [("fp4_flop_fraction", "line")], "FP4 FLOP fraction",
