@@ -212,6 +212,9 @@ def test_projected_gemm_time_and_cpu_note(tmp_path: Path) -> None:
     html = write_report([run]).read_text()
     assert "GEMM time (blackwell, projected)" in html and ">0.25<" in html
     assert "CPU emulation speed" in html and "not hardware speed" in html
+    speed = html.split("id='speed'")[1].split("</table>")[0]
+    assert "relative GEMM time, blackwell (projected)" in speed and ">0.25<" in speed
+    assert "tokens/s measured" in speed and ">1,000<" in speed
 
 
 def test_writeback_metrics_are_plotted_when_present(tmp_path: Path) -> None:

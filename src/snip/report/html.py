@@ -208,6 +208,20 @@ def _precision_section(runs: list[RunData], plots: list[Path]) -> Section | None
     return Section("precision", "Precision", "".join(parts)) if parts else None
 
 
+def _speed_table(runs: list[RunData]) -> str:
+    """Projected GEMM time (what the plan would cost on tensor cores) next to measured speed."""
+    head = ("<tr><th>run</th><th>precision</th>"
+            + "".join(f"<th>relative GEMM time, {p} (projected)</th>" for p in PROFILES)
+            + "<th>tokens/s measured (CPU emulation)</th></tr>")
+    rows = []
+    for r in runs:
+        t, s = projected_gemm_time(r) or {}, summary(r)
+        rows.append(f"<tr><td>{html.escape(r.name)}</td><td>{html.escape(s['precision'])}</td>"
+                    + "".join(f"<td class=n>{_fmt(t.get(p))}</td>" for p in PROFILES)
+                    + f"<td class=n>{_fmt(s['mean tokens/s'])}</td></tr>")
+    return f"<table>{head}{''.join(rows)}</table>"
+
+
 def _config_section(runs: list[RunData]) -> Section:
     full = "".join(f"<details><summary>{html.escape(r.name)}: config.toml</summary><pre>"
                    f"{html.escape(_config_text(r))}</pre></details>" for r in runs)
@@ -236,7 +250,7 @@ def sections(runs: list[RunData], plots: list[Path], *, baseline: RunData,
         _repeats_section(groups, baseline),
         Section("loss", "Loss", "".join(_img(p) for p in _plots(plots, "loss", "lr"))),
         _precision_section(runs, plots),
-        Section("speed", "Speed", f"<p class=note>{CPU_NOTE}</p>"
+        Section("speed", "Speed", _speed_table(runs) + f"<p class=note>{CPU_NOTE}</p>"
                 + "".join(_img(p) for p in _plots(plots, "throughput"))),
     ]
     wb = _plots(plots, "writeback")
