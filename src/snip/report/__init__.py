@@ -8,6 +8,8 @@ Reads only run directories (``config.toml``, ``metrics.jsonl``, ``plans/``); see
 `snip.report.runs` for the files, `snip.report.precision` for how a run's precision is named,
 coloured and costed, `snip.report.compare` for repeats, baselines and the config diff,
 `snip.report.plots` for the figures and `snip.report.html` for the page and its sections.
+Look at the result as a reader does: ``python -m snip.report.screenshot report.html shot.png``
+(headless Chromium; `snip.report.screenshot`).
 """
 
 from __future__ import annotations
