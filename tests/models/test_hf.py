@@ -18,8 +18,11 @@ from snip.models.hf import (  # noqa: E402
 def test_tiny_hf_models_build_offline(arch):
     model = tiny_hf_model(arch)
     layers = hf_linear_layers(model)
-    assert len(layers) == 2 * len(HF_PROJECTIONS)
-    assert layers[0][0] == "model.layers.0.self_attn.q_proj"
+    if arch == "gpt2":  # c_attn, attn.c_proj, c_fc, mlp.c_proj per block
+        assert len(layers) == 2 * 4 and layers[0][0] == "transformer.h.0.attn.c_attn"
+    else:
+        assert len(layers) == 2 * len(HF_PROJECTIONS)
+        assert layers[0][0] == "model.layers.0.self_attn.q_proj"
     assert all("lm_head" not in name for name, _ in layers)
     with torch.no_grad():
         logits = model(torch.randint(0, 256, (1, 8))).logits
@@ -70,7 +73,7 @@ def test_unsupported_hf_models_raise():
     with pytest.raises(ValueError, match="model_type 'qwen2'"):
         from_hf_llama(tiny_hf_model("qwen2"))
     with pytest.raises(ValueError, match="unknown arch"):
-        tiny_hf_model("gpt2")
+        tiny_hf_model("gpt5")
     cfg = tiny_hf_model("llama").config
     cfg.mlp_bias = True
     with pytest.raises(ValueError, match="mlp_bias"):

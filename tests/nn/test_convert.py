@@ -96,7 +96,7 @@ def test_convert_skips_head_and_embeddings_and_shares_parameters():
 
 def test_convert_accepts_spec_objects_and_filter():
     model = convert(TinyLM(), GemmSpecs(fprop="nvfp4", dgrad="fp8_e4m3", wgrad="fp8_e4m3"),
-                    filter_fn=lambda name, mod: ".mlp." in name, save="encoded")
+                    filter_fn=lambda mod, fqn: ".mlp." in fqn, save="encoded")
     layers = qlinear_layers(model)
     assert [n for n, _ in layers] == [n for n in PROJ if ".mlp." in n]
     assert all(m.specs.fprop.name == "nvfp4" and m.save.value == "encoded" for _, m in layers)
@@ -224,3 +224,129 @@ def test_hf_tiny_llama_nvfp4_under_autocast():
     loss.backward()
     grads = [p.grad for _, m in qlinear_layers(model) for p in m.parameters()]
     assert all(g is not None and torch.isfinite(g).all() for g in grads)
+
+
+# --- conversion never fails silently --------------------------------------------------------
+
+
+def test_filter_fn_is_keyword_only_with_torchao_argument_order():
+    seen = []
+
+    def keep_mlp(module: nn.Module, fqn: str) -> bool:  # torchao's module_filter_fn order
+        seen.append((type(module), fqn))
+        return ".mlp." in fqn
+
+    with pytest.raises(TypeError):
+        convert(TinyLM(), "mxfp4", keep_mlp)  # positional filter_fn is refused
+    model = convert(TinyLM(), "mxfp4", filter_fn=keep_mlp)
+    assert seen[0] == (nn.Linear, "layers.0.attn.wq")
+    skipped = {s.name: s.reason for s in model.snip_conversion.skipped}
+    assert skipped["layers.0.attn.wq"] == "filter_fn" and skipped["output"] == "skip_names"
+
+
+def test_convert_reports_and_logs_what_it_did(caplog):
+    model = TinyLM()
+    with caplog.at_level("INFO", logger="snip.nn.convert"):
+        convert(model, "nvfp4")
+    report = model.snip_conversion
+    assert report.names == PROJ and {k for _, k in report.converted} == {"Linear"}
+    assert [(s.name, s.reason) for s in report.skipped] == [("output", "skip_names")]
+    assert "converted 14 layers (14 Linear)" in caplog.text and "output [Linear]" in caplog.text
+    convert(model, "mxfp4")  # already converted: re-specified, still not "nothing"
+    assert model.snip_conversion.updated == tuple(PROJ) and not model.snip_conversion.converted
+
+
+def test_converting_nothing_is_an_error():
+    with pytest.raises(ValueError, match="converted no layer of TinyLM.*output"):
+        convert(TinyLM(), "nvfp4", filter_fn=lambda m, fqn: False)
+    with pytest.raises(ValueError, match="converted no layer of Embedding.*0 linear-like"):
+        convert(nn.Embedding(4, 4), "nvfp4")
+    model = TinyLM()
+    with pytest.raises(ValueError, match="converted no layer"):
+        convert(model, Plan({}))
+    assert not qlinear_layers(model)  # nothing was half-done
+
+
+class MyLinear(nn.Module):
+    """A linear-like module snip does not know."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(D, D))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.weight.T
+
+
+def test_strict_rejects_unconverted_linear_like_modules():
+    model = TinyLM()
+    model.extra = MyLinear()
+    model.mha = nn.MultiheadAttention(D, 2)
+    convert(model, "nvfp4")  # lenient: converts what it can and records the rest
+    reasons = {s.name: s.reason for s in model.snip_conversion.unsupported}
+    assert set(reasons) == {"extra", "mha.out_proj"}
+    assert "unsupported type" in reasons["extra"]
+    assert "MultiheadAttention" in reasons["mha.out_proj"]
+    assert type(model.mha.out_proj) is not QLinear
+    with pytest.raises(ValueError, match=r"strict=True.*2 linear-like.*extra \[MyLinear\]"):
+        convert(unconvert(model), "nvfp4", strict=True)
+    assert not qlinear_layers(model)  # checked before anything changed
+    convert(TinyLM(), "nvfp4", strict=True)  # the head skipped by skip_names is deliberate
+
+
+def _hf_arch(arch: str) -> nn.Module:
+    pytest.importorskip("transformers")
+    from snip.models.hf import tiny_hf_model
+
+    return tiny_hf_model(arch)
+
+
+HF_EXPECTED = {"gpt2": (8, "Conv1D"), "llama": (14, "Linear"), "qwen2": (14, "Linear"),
+               "mistral": (14, "Linear")}
+
+
+@pytest.mark.parametrize("arch", sorted(HF_EXPECTED))
+def test_hf_architectures_convert_exactly_and_train(arch):
+    model = _hf_arch(arch)
+    idx = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(0))
+    keys = {k: v.shape for k, v in model.state_dict().items()}
+    with torch.no_grad():
+        ref = model(idx).logits
+    convert(model, "fp32", strict=True)
+    n, kind = HF_EXPECTED[arch]
+    report = model.snip_conversion
+    assert len(report.converted) == n and {k for _, k in report.converted} == {kind}
+    assert [s.name for s in report.skipped] == ["lm_head"]
+    assert {k: v.shape for k, v in model.state_dict().items()} == keys  # HF checkpoints still load
+    with torch.no_grad():  # fp32 "quantization" is the identity: same logits as unconverted
+        torch.testing.assert_close(model(idx).logits, ref, rtol=1e-5, atol=1e-5)
+    convert(model, "nvfp4")
+    with torch.no_grad():
+        assert not torch.allclose(model(idx).logits, ref, atol=1e-3)  # and nvfp4 is not
+    loss = model(input_ids=idx, labels=idx).loss
+    loss.backward()
+    assert all(m.weight.grad is not None and torch.isfinite(m.weight.grad).all()
+               for _, m in qlinear_layers(model))
+    unconvert(model)
+    assert {type(m).__name__ for n_, m in model.named_modules()
+            if n_.endswith(("c_attn", "q_proj"))} == {kind}
+
+
+def test_gpt2_qconv1d_matches_qlinear_on_transposed_weight():
+    from snip.nn import QConv1D
+
+    gpt2 = _hf_arch("gpt2")
+    conv = gpt2.transformer.h[0].mlp.c_fc
+    q = QConv1D.from_conv1d(conv, "nvfp4", seed=3)
+    lin = QLinear(q.in_features, q.out_features, specs="nvfp4", seed=3)
+    with torch.no_grad():
+        lin.weight.copy_(conv.weight.T)
+        lin.bias.copy_(conv.bias)
+    x = torch.randn(2, 5, q.in_features, requires_grad=True)
+    x2 = x.detach().clone().requires_grad_()
+    y, y2 = q(x), lin(x2)
+    assert torch.equal(y, y2)
+    y.square().sum().backward()
+    y2.square().sum().backward()
+    assert q.weight is conv.weight and q.weight.shape == (q.in_features, q.out_features)
+    assert torch.equal(conv.weight.grad, lin.weight.grad.T) and torch.equal(x.grad, x2.grad)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from snip.report import load_run, summary, write_report
+from snip.report.screenshot import find_browser
 
 
 def _fake_run(root: Path, name: str, fp4_after: int) -> Path:
@@ -54,3 +55,225 @@ def test_comparison_needs_out_and_overlays(tmp_path: Path) -> None:
         p.name for p in out.parent.iterdir()}
     with pytest.raises(FileNotFoundError, match="no metrics.jsonl"):
         load_run(tmp_path / "missing")
+
+
+# --- reports that decide ---------------------------------------------------------------------
+
+GEMM3 = ("fprop", "dgrad", "wgrad")
+PROJ = ("attention.wq", "attention.wk", "attention.wv", "attention.wo", "feed_forward.w1",
+        "feed_forward.w2", "feed_forward.w3")
+
+
+def _run(root: Path, name: str, *, precision: str, seed: int = 1, final: float = 2.2,
+         lr: float = 1e-3, plans: list[tuple[int, dict]] | None = None,
+         writeback: bool = False, model: str = "tiny") -> Path:
+    """A run whose loss starts at 5.6 and ends at ``final``; config like the trainer's."""
+    run = root / name
+    (run / "plans").mkdir(parents=True)
+    mode = "adaptive" if precision == "adaptive" else "fixed"
+    preset = "" if mode == "adaptive" else precision
+    wb = 'policy = "stochastic"\nformat = "e4m3"\n' if writeback else 'policy = "none"\n'
+    (run / "config.toml").write_text(
+        f'seed = {seed}\n[model]\nname = "{model}"\n[train]\nlr = {lr}\nsteps = 40\n'
+        f'[precision]\nmode = "{mode}"\npreset = "{preset}"\nplan = ""\nbudget = 0.75\n'
+        f'[run]\nname = "{name}"\ndir = "{root}"\n[writeback]\n{wb}')
+    events = []
+    for step in range(1, 41):
+        loss = final + (5.6 - final) * (1 - step / 40) ** 4 + 0.01 * (step % 3)
+        e = {"event": "train", "step": step, "loss": loss, "lr": lr, "tokens_per_s": 1000.0,
+             "fp4_flop_fraction": 0.5, "time": step * 0.1, "skipped": 0}
+        if writeback:
+            e |= {"writeback_frozen": 0.3 + step / 200, "writeback_never_moved": 0.5 - step / 100}
+        events.append(e)
+        if step % 10 == 0:
+            events.append({"event": "eval", "step": step, "val_loss": loss + 0.1, "ppl": 9.0})
+    layers = [f"layers.{i}.{p}" for i in range(2) for p in PROJ]
+    fmt = "bf16" if mode == "adaptive" else precision
+    plans = plans or [(0, {n: dict.fromkeys(GEMM3, fmt) for n in layers})]
+    for step, table in plans:
+        events.append({"event": "plan", "step": step, "changes": 0 if step == 0 else 6})
+        plan = {"version": 1, "default": dict.fromkeys(GEMM3, "bf16"), "layers": table,
+                "meta": {"step": step}}
+        (run / "plans" / f"step_{step}.json").write_text(json.dumps(plan))
+    (run / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    return run
+
+
+def _snip_plans(n_layers: int = 2, formats=("fp4_e2m1_tile128", "fp8_e4m3_tile128")):
+    layers = [f"layers.{i}.{p}" for i in range(n_layers) for p in PROJ]
+    first = {n: dict.fromkeys(GEMM3, "fp8_e4m3_tile128") for n in layers}
+    later = {n: dict.fromkeys(GEMM3, formats[i % len(formats)]) for i, n in enumerate(layers)}
+    return [(0, first), (20, later)]
+
+
+def test_precision_is_named_per_run(tmp_path: Path) -> None:
+    from snip.report import precision_label
+
+    assert precision_label(load_run(_run(tmp_path, "a", precision="bf16"))) == "bf16"
+    assert precision_label(load_run(_run(tmp_path, "b", precision="mxfp4"))) == "mxfp4"
+    snip = load_run(_run(tmp_path, "c", precision="adaptive", plans=_snip_plans()))
+    assert precision_label(snip) == "SNIP 75% fp4_e2m1_tile128 / fp8_e4m3_tile128"
+    wb = load_run(_run(tmp_path, "d", precision="bf16", writeback=True))
+    assert precision_label(wb) == "bf16, weights stochastic e4m3"
+    html = write_report([tmp_path / "a", tmp_path / "c"], out=tmp_path / "o").read_text()
+    assert "SNIP 75% fp4_e2m1_tile128 / fp8_e4m3_tile128" in html
+
+
+def _rows(html: str) -> dict[str, str]:
+    """run name -> its summary row."""
+    table = html.split("id='summary'")[1].split("</table>")[0]
+    return {r.split("<td>")[1].split("<")[0].split(" ")[0]: r
+            for r in table.split("<tr")[2:]}
+
+
+def test_baseline_differences_and_best_run(tmp_path: Path) -> None:
+    runs = [_run(tmp_path, "bf16", precision="bf16", final=2.19),
+            _run(tmp_path, "fp4", precision="mxfp4", final=2.25),
+            _run(tmp_path, "fp8", precision="fp8_e4m3", final=2.10)]
+    html = write_report(runs, out=tmp_path / "cmp", baseline="fp4").read_text()
+    rows = _rows(html)
+    assert "&Delta; val vs fp4" in html
+    assert "-0.0600" in rows["bf16"] and "+0.0000" in rows["fp4"] and "-0.1500" in rows["fp8"]
+    assert "class='best'" in rows["fp8"] and "best" not in rows["bf16"].split(">")[0]
+    assert "class='base'" in rows["fp4"]
+    default = write_report(runs, out=tmp_path / "cmp2").read_text()  # bf16 run by default
+    assert "&Delta; val vs bf16" in default
+    with pytest.raises(ValueError, match="--baseline 'nope' is not one of the runs"):
+        write_report(runs, out=tmp_path / "cmp3", baseline="nope")
+
+
+def test_seeds_are_grouped_with_mean_and_spread(tmp_path: Path) -> None:
+    from snip.report import group_repeats
+
+    runs = [_run(tmp_path, "bf16", precision="bf16", final=2.2),
+            _run(tmp_path, "snip_s1", precision="adaptive", seed=1, final=2.30,
+                 plans=_snip_plans()),
+            _run(tmp_path, "snip_s2", precision="adaptive", seed=2, final=2.40,
+                 plans=_snip_plans()),
+            _run(tmp_path, "snip_lr", precision="adaptive", lr=3e-3, plans=_snip_plans())]
+    groups = group_repeats([load_run(r) for r in runs])
+    assert [(g.name, [r.name for r in g.runs]) for g in groups] == [
+        ("bf16", ["bf16"]), ("snip", ["snip_s1", "snip_s2"]), ("snip_lr", ["snip_lr"])]
+    html = write_report(runs, out=tmp_path / "cmp").read_text()
+    repeats = html.split("id='repeats'")[1].split("</table>")[0]
+    snip_row = next(r for r in repeats.split("<tr") if r.startswith("><td>snip<"))
+    assert ">2<" in snip_row and "2.46" in snip_row and "&plusmn; 0.0500" in snip_row
+
+
+def test_loss_zoom_excludes_the_first_losses(tmp_path: Path) -> None:
+    import matplotlib.image
+
+    run = _run(tmp_path, "a", precision="bf16", final=2.19)
+    write_report([run])
+    img = matplotlib.image.imread(run / "loss.png")
+    assert img.shape[1] > 1.8 * img.shape[0]  # two panels side by side
+    from snip.report.plots import zoom_range
+
+    lo, hi = zoom_range([load_run(run)])
+    assert 2.1 < lo and hi < 2.6  # 5.6 at the start would squash 2.19 vs 2.25
+
+
+def _colours_in(png: Path) -> set[tuple[int, int, int]]:
+    import matplotlib.image
+
+    img = (matplotlib.image.imread(png)[..., :3] * 255).round().astype(int)
+    return {tuple(c) for c in img.reshape(-1, 3)}
+
+
+def test_precision_map_colours_each_format_and_labels_84_rows(tmp_path: Path) -> None:
+    from matplotlib.colors import to_rgb
+
+    from snip.report.precision import format_colour
+
+    fours = ("mxfp4", "nvfp4", "fp4_e2m1_tile128")
+    assert len({format_colour(f) for f in (*fours, "fp8_e4m3_tile128", "bf16")}) == 5
+    run = _run(tmp_path, "small", precision="adaptive", model="small",
+               plans=_snip_plans(4, (*fours, "fp8_e4m3_tile128")))
+    html = write_report([run]).read_text()
+    colours = _colours_in(run / "precision_map.png")
+    for f in (*fours, "fp8_e4m3_tile128"):
+        rgb = tuple(round(255 * c) for c in to_rgb(format_colour(f)))
+        assert rgb in colours, f
+    assert len(load_run(run).plans[-1][1]["layers"]) * 3 == 84
+    table = html.split("class=plan>")[1].split("</table>")[0]
+    assert table.count("<tr>") == 1 + 28 and "layers.3.feed_forward.w3" in table
+    assert "@20: 6" not in html  # the change count is drawn in the PNG, not the HTML text
+    from snip.report.plots import _short
+
+    assert _short("layers.3.attention.wq") == "L3 attention.wq"
+
+
+def test_projected_gemm_time_and_cpu_note(tmp_path: Path) -> None:
+    from snip.report import projected_gemm_time
+
+    run = _run(tmp_path, "fp4", precision="mxfp4")
+    t = projected_gemm_time(load_run(run))
+    assert t == {"hopper": 0.5, "blackwell": 0.25}  # FP4 at the FP8 rate on Hopper, 4x on GB200
+    html = write_report([run]).read_text()
+    assert "GEMM time (blackwell, projected)" in html and ">0.25<" in html
+    assert "CPU emulation speed" in html and "not hardware speed" in html
+    speed = html.split("id='speed'")[1].split("</table>")[0]
+    assert "relative GEMM time, blackwell (projected)" in speed and ">0.25<" in speed
+    assert "tokens/s measured" in speed and ">1,000<" in speed
+
+
+def test_writeback_metrics_are_plotted_when_present(tmp_path: Path) -> None:
+    plain = _run(tmp_path, "plain", precision="bf16")
+    write_report([plain])
+    assert not (plain / "writeback.png").exists()
+    wb = _run(tmp_path, "wb", precision="bf16", writeback=True)
+    html = write_report([wb]).read_text()
+    assert (wb / "writeback.png").is_file() and "Weight write-back" in html
+
+
+def test_config_shows_only_the_differing_keys(tmp_path: Path) -> None:
+    from snip.report import config_diff
+
+    runs = [_run(tmp_path, "a", precision="bf16", lr=1e-3),
+            _run(tmp_path, "b", precision="bf16", lr=3e-3)]
+    diff = config_diff([load_run(r) for r in runs])
+    assert set(diff) == {"train.lr", "run.name"} and diff["train.lr"] == [1e-3, 3e-3]
+    html = write_report(runs, out=tmp_path / "cmp").read_text()
+    keys = html.split("id='config'")[1].split("</table>")[0]
+    assert "train.lr" in keys and "model.name" not in keys and "2 configuration keys" in html
+
+
+def test_cli_report_baseline(tmp_path: Path, capsys) -> None:
+    from snip.cli import main
+
+    a, b = _run(tmp_path, "a", precision="bf16"), _run(tmp_path, "b", precision="mxfp4")
+    assert main(["report", str(a), str(b), "--out", str(tmp_path / "o"), "--baseline", "b"]) == 0
+    assert "&Delta; val vs b" in (tmp_path / "o" / "report.html").read_text()
+    assert main(["report", str(a), str(b), "--out", str(tmp_path / "o"), "--baseline", "c"]) == 2
+    assert "--baseline 'c'" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(find_browser() is None, reason="no chromium on PATH")
+def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
+    """The page as a reader sees it: CSS applied, plots drawn (snip.report.screenshot)."""
+    import matplotlib.image
+    import numpy as np
+
+    from snip.report.screenshot import screenshot
+
+    runs = [_run(tmp_path, "bf16", precision="bf16", final=2.3),
+            _run(tmp_path, "snip", precision="adaptive", final=2.2, plans=_snip_plans())]
+    html = write_report(runs, out=tmp_path / "cmp")
+    png = screenshot(html, tmp_path / "shot.png", width=1200, height=1400)
+    img = (matplotlib.image.imread(png)[..., :3] * 255).round().astype(int)
+    assert img.shape[:2] == (1400, 1200)
+    assert len({tuple(c) for c in img.reshape(-1, 3)[::7]}) > 50  # not a blank page
+    best = np.array([0xE3, 0xF4, 0xE1])  # the CSS background of the best run's row
+    assert (np.abs(img - best).sum(-1) <= 3).sum() > 1000
+
+
+def test_repeats_band_is_mean_min_max_of_validation_loss(tmp_path: Path) -> None:
+    from snip.report.plots import repeat_band
+
+    a = load_run(_run(tmp_path, "s_s1", precision="bf16", seed=1, final=2.3))
+    b = load_run(_run(tmp_path, "s_s2", precision="bf16", seed=2, final=2.5))
+    steps, mean, lo, hi = repeat_band([a, b], from_step=20)
+    assert steps == [20, 30, 40]
+    assert lo == a.s("val_loss").values[1:] and hi == b.s("val_loss").values[1:]
+    assert mean == pytest.approx([(x + y) / 2 for x, y in zip(lo, hi, strict=True)])
+    assert repeat_band([a]) is None

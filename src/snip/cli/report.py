@@ -2,6 +2,12 @@
 
     snip report runs/NAME                      # runs/NAME/report.html and PNGs
     snip report runs/A runs/B --out compare/   # A and B on shared axes
+    snip report runs/bf16 runs/fp4_s1 runs/fp4_s2 --out cmp/ --baseline bf16
+                                               # differences from bf16; fp4_s* averaged
+
+The page names each run's precision, takes differences from the baseline, highlights the best
+run, groups seeds, zooms on the last half of the loss curves and shows only the configuration
+keys that differ (see `snip.report`).
 """
 
 from __future__ import annotations
@@ -17,12 +23,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", metavar="DIR", default=None,
                         help="output directory (default: the run directory; required for "
                              "several runs)")
+    parser.add_argument("--baseline", metavar="RUN", default=None,
+                        help="run (name or directory) to take differences from (default: the "
+                             "first bf16 run, else the first run)")
 
 
 def run(args: argparse.Namespace) -> int:
     from snip.report import load_run, summary, write_report
 
-    path = write_report(args.runs, out=args.out)
+    path = write_report(args.runs, out=args.out, baseline=args.baseline)
     for d in args.runs:
         s = summary(load_run(d))
         numbers = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"

@@ -56,8 +56,7 @@ def markdown(summary: Summary) -> str:
 
 
 def html_tables(summary: Summary) -> str:
-    parts = [f"<h2>Paired comparison against {html.escape(summary.reference)}</h2>",
-             "<p>Per-unit differences (same base checkpoint, same batches, same strided "
+    parts = ["<p>Per-unit differences (same base checkpoint, same batches, same strided "
              "validation windows); negative means a lower loss than the reference. "
              "95% CI: Student t over units.</p>"]
     for metric in METRICS:

@@ -2,11 +2,13 @@
 
 Three jobs:
 
-- `tiny_hf_model(arch)` builds a small randomly initialized Llama, Qwen2 or Mistral model from a
-  hand-written config, offline, so tests and examples can exercise quantization of real HF
-  modules without downloading anything.
-- `hf_linear_layers(model)` lists the decoder projections (q/k/v/o, gate/up/down) that
-  `snip.nn.convert` would quantize; `lm_head` is left out like our `output`.
+- `tiny_hf_model(arch)` builds a small randomly initialized Llama, Qwen2, Mistral or GPT-2 model
+  from a hand-written config, offline, so tests and examples can exercise quantization of real
+  HF modules without downloading anything.  (GPT-2's projections are `Conv1D`, not `nn.Linear`:
+  the case `snip.convert` must not miss.)
+- `hf_linear_layers(model)` lists the decoder projections (q/k/v/o, gate/up/down; GPT-2's
+  c_attn/c_proj/c_fc) that `snip.nn.convert` would quantize; `lm_head` is left out like our
+  `output`.
 - `from_hf_llama(hf_model)` copies a `LlamaForCausalLM` (or a Mistral model without sliding
   window) into our `Transformer`. The mapping is one to one because our RoPE pairs coordinates
   i and i + head_dim/2 exactly like HF's `rotate_half`, so no q/k row permutation is needed:
@@ -18,6 +20,10 @@ Three jobs:
       model.layers.i.post_attention_layernorm -> layers.i.ffn_norm
       model.norm / lm_head                  -> norm / output
 
+The inverse, `to_hf_llama(model)` / `save_hf_llama(model, out)`, reads the same table backwards
+and writes a `LlamaForCausalLM` directory (`config.json` + `model.safetensors`); it is what
+`snip export RUN --format hf` runs on a checkpoint.
+
 `transformers` is imported only inside these functions; without it they raise an ImportError
 that says how to install it.
 """
@@ -25,6 +31,7 @@ that says how to install it.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from types import ModuleType
 
 import torch
@@ -34,7 +41,8 @@ from snip.models.configs import ModelConfig
 from snip.models.llama import Transformer, build_model
 
 HF_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-TINY_ARCHS = ("llama", "qwen2", "mistral")
+GPT2_PROJECTIONS = ("c_attn", "c_proj", "c_fc")
+TINY_ARCHS = ("llama", "qwen2", "mistral", "gpt2")
 
 
 def _transformers() -> ModuleType:
@@ -49,7 +57,8 @@ def _transformers() -> ModuleType:
 
 def tiny_hf_model(arch: str = "llama", seed: int = 0) -> nn.Module:
     """A small random `{Llama,Qwen2,Mistral}ForCausalLM` (hidden 64, 2 layers, 4 heads with
-    2 KV heads, vocab 256), built offline; the global RNG state is left untouched."""
+    2 KV heads, vocab 256) or `GPT2LMHeadModel` (same width, depth, heads and vocab), built
+    offline; the global RNG state is left untouched."""
     if arch not in TINY_ARCHS:
         raise ValueError(f"unknown arch {arch!r}; valid: {', '.join(TINY_ARCHS)}")
     tf = _transformers()
@@ -62,21 +71,26 @@ def tiny_hf_model(arch: str = "llama", seed: int = 0) -> nn.Module:
         config, cls = tf.LlamaConfig(**shape), tf.LlamaForCausalLM
     elif arch == "qwen2":  # Qwen2 has q/k/v biases; keep full attention, no sliding window
         config, cls = tf.Qwen2Config(**shape, use_sliding_window=False), tf.Qwen2ForCausalLM
-    else:
+    elif arch == "mistral":
         config, cls = tf.MistralConfig(**shape, sliding_window=None), tf.MistralForCausalLM
+    else:
+        config = tf.GPT2Config(vocab_size=256, n_positions=128, n_embd=64, n_layer=2, n_head=4,
+                               bos_token_id=0, eos_token_id=0)
+        cls = tf.GPT2LMHeadModel
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = cls(config)
     return model.eval()
 
 
-def hf_linear_layers(model: nn.Module) -> list[tuple[str, nn.Linear]]:
-    """(name, module) for every decoder projection of an HF Llama-family model, in order."""
-    return [
-        (name, m)
-        for name, m in model.named_modules()
-        if isinstance(m, nn.Linear) and name.rsplit(".", 1)[-1] in HF_PROJECTIONS
-    ]
+def hf_linear_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """(name, module) for every decoder projection of an HF Llama-family or GPT-2 model, in
+    order (`nn.Linear`, or GPT-2's `Conv1D`)."""
+    from snip.nn import is_linear_like
+
+    names = HF_PROJECTIONS + GPT2_PROJECTIONS
+    return [(name, m) for name, m in model.named_modules()
+            if is_linear_like(m) and name.rsplit(".", 1)[-1] in names]
 
 
 def _rope_theta(hf_config) -> float:
@@ -157,3 +171,59 @@ def from_hf_llama(hf_model: nn.Module) -> Transformer:
         state.setdefault("output.weight", state["tok_embeddings.weight"])
     model.load_state_dict(state, strict=True)
     return model.eval()
+
+
+# --- snip -> Hugging Face (the inverse of from_hf_llama) --------------------------------------
+
+
+def hf_config_from(cfg: ModelConfig, dtype: torch.dtype = torch.float32):
+    """The `transformers.LlamaConfig` describing the same network as our `cfg`."""
+    tf = _transformers()
+    return tf.LlamaConfig(
+        vocab_size=cfg.vocab_size, hidden_size=cfg.dim, intermediate_size=cfg.ffn_hidden,
+        num_hidden_layers=cfg.n_layers, num_attention_heads=cfg.n_heads,
+        num_key_value_heads=cfg.n_kv_heads, head_dim=cfg.head_dim,
+        max_position_embeddings=cfg.max_seq_len, rms_norm_eps=cfg.norm_eps,
+        rope_theta=cfg.rope_theta, tie_word_embeddings=cfg.tie_embeddings,
+        attention_bias=False, mlp_bias=False, hidden_act="silu", bos_token_id=None,
+        eos_token_id=None, pad_token_id=None, dtype=str(dtype).removeprefix("torch."),
+    )
+
+
+def to_hf_llama(model: Transformer) -> nn.Module:
+    """A `transformers.LlamaForCausalLM` holding a copy of our `model`'s weights.
+
+    Quantized layers are plain linear layers as far as the weights go (a `QLinear` shares the
+    `nn.Linear` Parameters), so a converted model exports its fp32 master weights.
+    """
+    tf = _transformers()
+    state = model.state_dict()
+    dtype = state["tok_embeddings.weight"].dtype
+    with torch.device("meta"):
+        hf = tf.LlamaForCausalLM(hf_config_from(model.config, dtype))
+    hf = hf.to_empty(device="cpu").to(dtype)
+    # invert the HF -> snip renaming on the HF model's own keys: one table, no second copy
+    hf_name = {_rename(k): k for k in hf.state_dict() if "rotary_emb" not in k}
+    unknown = [k for k in state if k not in hf_name]
+    if unknown:
+        raise ValueError(f"no Hugging Face name for snip parameters {unknown[:3]}")
+    hf_state = {hf_name[k]: v.detach().cpu() for k, v in state.items()}
+    if model.config.tie_embeddings:
+        hf_state.pop("lm_head.weight", None)
+    missing, _ = hf.load_state_dict(hf_state, strict=False)
+    missing = [k for k in missing if not (model.config.tie_embeddings and k == "lm_head.weight")]
+    if missing:
+        raise ValueError(f"snip -> HF mapping incomplete: missing {missing[:3]}")
+    if model.config.tie_embeddings:
+        hf.tie_weights()
+    hf.model.rotary_emb.__init__(hf.config)  # meta-initialised buffers: rebuild inv_freq
+    return hf.eval()
+
+
+def save_hf_llama(model: Transformer, out: str | Path) -> Path:
+    """Write `model` as a Hugging Face Llama directory (`config.json`, `model.safetensors`,
+    `generation_config.json`) that `transformers.AutoModelForCausalLM.from_pretrained` loads."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    to_hf_llama(model).save_pretrained(out, safe_serialization=True)
+    return out

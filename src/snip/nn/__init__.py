@@ -1,11 +1,14 @@
 """Quantized training layers: per-GEMM formats for linear layers, and model conversion."""
 
+from snip.nn.conv1d import QConv1D, is_conv1d
 from snip.nn.convert import (
     DEFAULT_SKIP_NAMES,
+    Conversion,
     ResolvesToSpecs,
     apply_specs,
     convert,
     disabled,
+    is_linear_like,
     layer_seed,
     qlinear_layers,
     unconvert,
@@ -24,7 +27,8 @@ from snip.nn.qlinear import QLinear, as_gemm_specs, saved_activation_bytes
 from snip.nn.specs import GEMM_NAMES, Gemm, GemmSpecs
 
 __all__ = [
-    "DEFAULT_SKIP_NAMES", "GEMM_NAMES", "Accum", "Gemm", "GemmConfig", "GemmSpecs", "QLinear",
+    "DEFAULT_SKIP_NAMES", "GEMM_NAMES", "Accum", "Conversion", "Gemm", "GemmConfig", "GemmSpecs",
+    "QConv1D", "QLinear", "is_conv1d", "is_linear_like",
     "QuantizedLinearFn", "ResolvesToSpecs", "SaveMode", "SavedBytes", "apply_specs",
     "as_gemm_specs", "convert", "disabled", "layer_seed", "operand_seed", "qlinear_layers",
     "quantized_linear", "saved_activation_bytes", "unconvert", "weight_reusable",

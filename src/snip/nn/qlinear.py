@@ -86,14 +86,19 @@ class QLinear(nn.Linear):
         """Bytes of quantized weight copies the last differentiable forward kept for backward."""
         return self._saved.weight
 
+    def linear_weight(self) -> torch.Tensor:
+        """The weight as ``F.linear`` takes it, ``(out_features, in_features)``."""
+        return self.weight
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weight = self.linear_weight()
         if not self.enabled:
-            return F.linear(x, self.weight, self.bias)
+            return F.linear(x, weight, self.bias)
         cfg = GemmConfig(specs=self.specs, seed=self.seed, step=self.step, save=self.save,
                          accum=self.accum, out_dtype=autocast_dtype(x))
         self.step += 1
         record = SavedBytes()
-        y = quantized_linear(x, self.weight, self.bias, cfg, record)
+        y = quantized_linear(x, weight, self.bias, cfg, record)
         self._saved = record
         return y
 

@@ -1,6 +1,14 @@
-"""One self-contained ``report.html``: final numbers, plots (PNG inlined as base64), config.
+"""One self-contained ``report.html``: a page of sections, PNGs inlined as base64.
 
 No external CSS, scripts or image files, so the page can be mailed or attached as it is.
+
+The page is a list of :class:`Section` (an anchor, a title, an HTML body).  :func:`sections`
+builds the standard ones -- summary (one row per run: its precision, final numbers, the
+difference from the baseline, projected GEMM time; the best run highlighted), repeats (mean and
+spread of runs that differ only in their seed), loss, precision (maps + the final plan per
+layer), speed, write-back, configuration (only the keys that differ) -- and ``write_report``
+accepts more (``extra_sections``), e.g. a ``snip compare`` table, inserted before the
+configuration.
 """
 
 from __future__ import annotations
@@ -8,15 +16,45 @@ from __future__ import annotations
 import base64
 import html
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from snip.report.runs import RunData
+from snip.report.compare import Group, config_diff, mean_spread
+from snip.report.precision import (
+    PROFILES,
+    final_plan_rows,
+    format_colour,
+    precision_label,
+    projected_gemm_time,
+)
+from snip.report.runs import GEMMS, RunData, plan_formats, plan_layers
 
-_CSS = """body{font-family:system-ui,sans-serif;max-width:1000px;margin:2em auto;color:#222}
-table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;
-text-align:left;font-size:14px}th{background:#f3f3f3}img{max-width:100%;margin:.5em 0}
-pre{background:#f7f7f7;padding:1em;overflow-x:auto;font-size:12px}"""
+_CSS = """body{font-family:system-ui,sans-serif;max-width:1150px;margin:2em auto;color:#222;
+padding:0 1em}table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;
+padding:3px 7px;text-align:left;font-size:13px}th{background:#f3f3f3}td.n{text-align:right;
+font-variant-numeric:tabular-nums}tr.best td{background:#e3f4e1;font-weight:600}
+tr.base td{background:#eef3fb}img{max-width:100%;margin:.5em 0}.note{color:#8a1c1c;
+font-size:13px}pre{background:#f7f7f7;padding:1em;overflow-x:auto;font-size:12px}
+.plan td{font-size:10px;padding:1px 4px}.plan th{font-size:11px}.plan td.f{color:#fff}
+nav a{margin-right:1em}
+.flex{display:flex;gap:1.5em;align-items:flex-start;flex-wrap:wrap}"""
+
+CPU_NOTE = ("Measured tokens/s is CPU emulation speed (fake quantization, then fp32 GEMMs), "
+            "not hardware speed: low precision is slower here, not faster. The projected "
+            "relative GEMM time is the final plan's GEMM FLOPs divided by each format's "
+            "tensor-core speed-up over bf16 (cost model, throughput profiles "
+            + ", ".join(PROFILES) + "); 1.0 = as fast as all-bf16, lower is faster; "
+            "quantization kernels, attention and communication are not in it.")
+
+
+@dataclass(frozen=True)
+class Section:
+    """One part of the page: ``<h2 id=anchor>title</h2>`` then ``body`` (HTML)."""
+
+    anchor: str
+    title: str
+    body: str
 
 
 def _fmt(v: Any) -> str:
@@ -32,6 +70,7 @@ def summary(run: RunData) -> dict[str, Any]:
     tok = run.s("tokens_per_s").values
     train_events = [e for e in run.events if e.get("event") == "train"]
     return {
+        "precision": precision_label(run),
         "steps": run.s("loss").steps[-1] if run.s("loss").steps else 0,
         "final train loss": run.s("loss").last,
         "final val loss": run.s("val_loss").last,
@@ -45,13 +84,77 @@ def summary(run: RunData) -> dict[str, Any]:
     }
 
 
-def _summary_table(runs: list[RunData]) -> str:
-    rows = [summary(r) for r in runs]
-    head = "<tr><th></th>" + "".join(f"<th>{html.escape(r.name)}</th>" for r in runs) + "</tr>"
-    body = "".join("<tr><th>" + html.escape(k) + "</th>"
-                   + "".join(f"<td>{_fmt(row[k])}</td>" for row in rows) + "</tr>"
-                   for k in rows[0])
-    return f"<table>{head}{body}</table>"
+def _score(s: dict[str, Any]) -> float:
+    """Lower is better: final validation loss, else final training loss."""
+    v = s["final val loss"] if s["final val loss"] is not None else s["final train loss"]
+    return math.inf if v is None else v
+
+
+def _delta(v: float | None, base: float | None, pct: bool = False) -> str:
+    if v is None or base is None:
+        return "-"
+    if pct:
+        return f"{100 * (v / base - 1):+.1f}%" if base else "-"
+    return f"{v - base:+.4f}"
+
+
+def _summary_section(runs: list[RunData], baseline: RunData) -> Section:
+    rows = {r.name: summary(r) for r in runs}
+    times = {r.name: projected_gemm_time(r) for r in runs}
+    base = rows[baseline.name]
+    best = min(rows, key=lambda n: _score(rows[n])) if len(runs) > 1 else None
+    head = ["run", "precision", "steps", "final train loss", "final val loss",
+            f"&Delta; val vs {html.escape(baseline.name)}", "best val loss", "val ppl",
+            *(f"GEMM time ({p}, projected)" for p in PROFILES), "FP4 FLOP fraction",
+            "tokens/s (CPU)", "&Delta; tokens/s", "plans", "skipped", "time (s)"]
+    body = []
+    for r in runs:
+        s, t = rows[r.name], times[r.name] or {}
+        cls = "best" if r.name == best else "base" if r is baseline and len(runs) > 1 else ""
+        mark = " &#9733; best" if r.name == best else " (baseline)" if cls == "base" else ""
+        cells = [f"{html.escape(r.name)}{mark}", html.escape(s["precision"])]
+        nums = [s["steps"], s["final train loss"], s["final val loss"]]
+        cells += [_fmt(v) for v in nums]
+        cells += [_delta(s["final val loss"], base["final val loss"]), _fmt(s["best val loss"]),
+                  _fmt(s["final val ppl"]), *(_fmt(t.get(p)) for p in PROFILES),
+                  _fmt(s["FP4 FLOP fraction (final)"]), _fmt(s["mean tokens/s"]),
+                  _delta(s["mean tokens/s"], base["mean tokens/s"], pct=True),
+                  _fmt(s["plans applied"]), _fmt(s["skipped steps"]), _fmt(s["train time (s)"])]
+        tds = "".join(f"<td>{c}</td>" if i < 2 else f"<td class=n>{c}</td>"
+                      for i, c in enumerate(cells))
+        body.append(f"<tr class='{cls}'>{tds}</tr>")
+    table = ("<table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>"
+             + "".join(body) + "</table>")
+    note = (f"<p>Differences are from the baseline <b>{html.escape(baseline.name)}</b>; the "
+            "best run (lowest final validation loss) is highlighted.</p>" if len(runs) > 1
+            else "")
+    return Section("summary", "Summary", table + note + f"<p class=note>{CPU_NOTE}</p>")
+
+
+def _repeats_section(groups: list[Group], baseline: RunData) -> Section | None:
+    if not any(g.repeated for g in groups):
+        return None
+    base_group = next(g for g in groups if baseline in g.runs)
+    base_mean = mean_spread([summary(r)["final val loss"] for r in base_group.runs])[0]
+    rows = []
+    for g in groups:
+        stats = [summary(r) for r in g.runs]
+        mean, half, std = mean_spread([s["final val loss"] for s in stats])
+        tok = mean_spread([s["mean tokens/s"] for s in stats])[0]
+        spread = "-" if half is None or not g.repeated else f"&plusmn; {half:.4f}" + (
+            f" (sd {std:.4f})" if std is not None else "")
+        rows.append(f"<tr><td>{html.escape(g.name)}</td><td class=n>{len(g.runs)}</td>"
+                    f"<td>{html.escape(stats[0]['precision'])}</td><td class=n>{_fmt(mean)}"
+                    f"</td><td class=n>{spread}</td><td class=n>{_delta(mean, base_mean)}</td>"
+                    f"<td class=n>{_fmt(tok)}</td><td>"
+                    + ", ".join(html.escape(r.name) for r in g.runs) + "</td></tr>")
+    head = ("<tr><th>recipe</th><th>runs</th><th>precision</th><th>final val loss (mean)</th>"
+            "<th>spread (half range)</th><th>&Delta; vs baseline's group</th>"
+            "<th>tokens/s (CPU, mean)</th><th>runs</th></tr>")
+    text = ("<p>Runs whose configurations differ only in the seed (or whose names differ only "
+            "in a seed suffix) are repeats of one recipe: mean and spread of the final "
+            "validation loss.</p>")
+    return Section("repeats", "Repeats (seeds)", text + f"<table>{head}{''.join(rows)}</table>")
 
 
 def _img(path: Path) -> str:
@@ -59,17 +162,111 @@ def _img(path: Path) -> str:
     return f'<img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}">'
 
 
-def _config_block(run: RunData) -> str:
-    text = (run.path / "config.toml").read_text() if (run.path / "config.toml").is_file() else ""
-    return f"<h3>{html.escape(run.name)}: config.toml</h3><pre>{html.escape(text)}</pre>"
+def _plan_table(run: RunData) -> str:
+    """The final plan, one row per layer, cells coloured like the map (equal GEMMs merged)."""
+    rows = final_plan_rows(run)
+    if not rows:
+        return ""
+    head = "<tr><th>layer (final plan)</th>" + "".join(f"<th>{g}</th>" for g in GEMMS) + "</tr>"
+
+    def cells(specs: dict[str, str]) -> str:
+        fmts = list(specs.values())
+        if len(set(fmts)) == 1:
+            return (f"<td class=f colspan={len(fmts)} style='background:"
+                    f"{format_colour(fmts[0])}'>{html.escape(fmts[0])}</td>")
+        return "".join(f"<td class=f style='background:{format_colour(f)}'>{html.escape(f)}"
+                       "</td>" for f in fmts)
+
+    body = "".join(f"<tr><td>{html.escape(layer)}</td>{cells(specs)}</tr>"
+                   for layer, specs in rows)
+    return f"<table class=plan>{head}{body}</table>"
 
 
-def page(runs: list[RunData], plots: list[Path], extra_html: str = "") -> str:
+def _plots(plots: list[Path], *prefixes: str) -> list[Path]:
+    return [p for p in plots if p.stem.startswith(prefixes)]
+
+
+def _precision_section(runs: list[RunData], plots: list[Path]) -> Section | None:
+    maps = {p.stem.removeprefix("precision_map").lstrip("_"): p
+            for p in _plots(plots, "precision_map")}
+    parts = []
+    for run in runs:
+        title = f"<h3>{html.escape(run.name)}: {html.escape(precision_label(run))}</h3>"
+        m = maps.get(run.name if len(runs) > 1 else "")
+        fmts = {f for _, plan in run.plans for f in plan_formats(plan, plan_layers([(0, plan)]))
+                .values()}
+        if len(fmts) == 1:  # one format everywhere, all run long: a sentence says it better
+            parts.append(f"{title}<p>Every linear-layer GEMM in {html.escape(fmts.pop())} for "
+                         "the whole run (embeddings, LM head and norms stay in high "
+                         "precision).</p>")
+            continue
+        if m is None:
+            continue
+        parts.append(f"{title}<div class=flex><div style='flex:5;min-width:560px'>{_img(m)}"
+                     f"</div><div style='flex:3'>{_plan_table(run)}</div></div>")
+    parts += [_img(p) for p in _plots(plots, "fp4_fraction")]
+    return Section("precision", "Precision", "".join(parts)) if parts else None
+
+
+def _speed_table(runs: list[RunData]) -> str:
+    """Projected GEMM time (what the plan would cost on tensor cores) next to measured speed."""
+    head = ("<tr><th>run</th><th>precision</th>"
+            + "".join(f"<th>relative GEMM time, {p} (projected)</th>" for p in PROFILES)
+            + "<th>tokens/s measured (CPU emulation)</th></tr>")
+    rows = []
+    for r in runs:
+        t, s = projected_gemm_time(r) or {}, summary(r)
+        rows.append(f"<tr><td>{html.escape(r.name)}</td><td>{html.escape(s['precision'])}</td>"
+                    + "".join(f"<td class=n>{_fmt(t.get(p))}</td>" for p in PROFILES)
+                    + f"<td class=n>{_fmt(s['mean tokens/s'])}</td></tr>")
+    return f"<table>{head}{''.join(rows)}</table>"
+
+
+def _config_section(runs: list[RunData]) -> Section:
+    full = "".join(f"<details><summary>{html.escape(r.name)}: config.toml</summary><pre>"
+                   f"{html.escape(_config_text(r))}</pre></details>" for r in runs)
+    if len(runs) == 1:
+        return Section("config", "Configuration", full)
+    diff = config_diff(runs)
+    head = "<tr><th>key</th>" + "".join(f"<th>{html.escape(r.name)}</th>" for r in runs)
+    body = "".join(f"<tr><td>{html.escape(k)}</td>"
+                   + "".join(f"<td>{html.escape(_fmt(v))}</td>" for v in vals) + "</tr>"
+                   for k, vals in diff.items())
+    text = (f"<p>{len(diff)} configuration keys differ between the runs; all others are "
+            "equal.</p>" if diff else "<p>The runs have identical configurations.</p>")
+    return Section("config", "Configuration", text + f"<table>{head}</tr>{body}</table>" + full)
+
+
+def _config_text(run: RunData) -> str:
+    f = run.path / "config.toml"
+    return f.read_text() if f.is_file() else ""
+
+
+def sections(runs: list[RunData], plots: list[Path], *, baseline: RunData,
+             groups: list[Group]) -> list[Section]:
+    """The standard sections of a report, in page order (configuration last)."""
+    made = [
+        _summary_section(runs, baseline),
+        _repeats_section(groups, baseline),
+        Section("loss", "Loss", "".join(_img(p) for p in _plots(plots, "loss", "lr"))),
+        _precision_section(runs, plots),
+        Section("speed", "Speed", _speed_table(runs) + f"<p class=note>{CPU_NOTE}</p>"
+                + "".join(_img(p) for p in _plots(plots, "throughput"))),
+    ]
+    wb = _plots(plots, "writeback")
+    if wb:
+        made.append(Section("writeback", "Weight write-back", "".join(map(_img, wb))))
+    made.append(_config_section(runs))
+    return [s for s in made if s is not None]
+
+
+def page(runs: list[RunData], parts: list[Section]) -> str:
+    """The whole HTML document."""
     title = "snip run " + runs[0].name if len(runs) == 1 else f"snip: {len(runs)} runs compared"
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
-             f"</title><style>{_CSS}</style></head><body><h1>{html.escape(title)}</h1>",
-             "<p>" + ", ".join(html.escape(str(r.path)) for r in runs) + "</p>", extra_html,
-             "<h2>Summary</h2>", _summary_table(runs), "<h2>Plots</h2>",
-             *(_img(p) for p in plots), "<h2>Configuration</h2>",
-             *(_config_block(r) for r in runs), "</body></html>"]
-    return "\n".join(parts)
+    nav = "<nav>" + "".join(f"<a href='#{s.anchor}'>{html.escape(s.title)}</a>"
+                            for s in parts) + "</nav>"
+    body = "".join(f"<h2 id='{s.anchor}'>{html.escape(s.title)}</h2>\n{s.body}\n" for s in parts)
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
+            f"</title><style>{_CSS}</style></head><body><h1>{html.escape(title)}</h1>"
+            "<p>" + ", ".join(html.escape(str(r.path)) for r in runs) + f"</p>{nav}\n{body}"
+            "</body></html>")

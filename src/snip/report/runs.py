@@ -1,7 +1,10 @@
 """Reading a run directory: config, metric series and the plans applied over time.
 
 Only files are read (``config.toml``, ``metrics.jsonl``, ``plans/step_<N>.json``), never a
-model, so a report can be made on any machine from a copied run directory.
+model, so a report can be made on any machine from a copied run directory.  Series read from
+``metrics.jsonl``: train ``loss``, ``lr``, ``tokens_per_s``, ``fp4_flop_fraction`` and, with a
+write-back policy, ``writeback_frozen`` / ``writeback_never_moved``; eval ``val_loss``, ``ppl``;
+plan ``plan_changes`` (layers x GEMMs whose format changed at that step).
 """
 
 from __future__ import annotations
@@ -52,7 +55,10 @@ class RunData:
 _SERIES = {("train", "loss"): "loss", ("train", "lr"): "lr",
            ("train", "tokens_per_s"): "tokens_per_s",
            ("train", "fp4_flop_fraction"): "fp4_flop_fraction",
-           ("eval", "val_loss"): "val_loss", ("eval", "ppl"): "ppl"}
+           ("train", "writeback_frozen"): "writeback_frozen",
+           ("train", "writeback_never_moved"): "writeback_never_moved",
+           ("eval", "val_loss"): "val_loss", ("eval", "ppl"): "ppl",
+           ("plan", "changes"): "plan_changes"}
 
 
 def load_run(path: str | Path) -> RunData:

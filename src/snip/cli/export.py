@@ -1,0 +1,75 @@
+"""``snip export``: a trained checkpoint as a Hugging Face model directory.
+
+    snip export runs/NAME --format hf --out hf_model/        # newest checkpoint of the run
+    snip export runs/NAME/checkpoints/step_000500 --format hf --out hf_model/
+
+The checkpoint's model shape (``meta.json`` -> ``model``) becomes a ``LlamaConfig`` and its
+weights a ``LlamaForCausalLM`` (``config.json`` + ``model.safetensors``), loadable with
+``transformers.AutoModelForCausalLM.from_pretrained(out)`` and computing the same logits (see
+:func:`snip.models.hf.to_hf_llama`).  The weights are the fp32 masters: a low-precision plan is
+a property of training, not of the exported model.  ``snip_export.json`` records where it came
+from (checkpoint, step, plan, tokenizer); a BPE tokenizer file is copied as ``tokenizer.json``
+(the byte tokenizer, ids = UTF-8 bytes, needs no file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+COMMAND = "export"
+HELP = "export a run's checkpoint as a Hugging Face Llama model directory"
+FORMATS = ("hf",)
+_DTYPES = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", metavar="RUN",
+                        help="run directory (its newest checkpoint) or a checkpoint directory")
+    parser.add_argument("--format", choices=FORMATS, default="hf",
+                        help="output format: hf = transformers LlamaForCausalLM directory")
+    parser.add_argument("--out", metavar="DIR", required=True, help="output directory")
+
+
+def export_hf(run: str | Path, out: str | Path) -> Path:
+    """Export the checkpoint ``run`` (a run or checkpoint directory) to ``out``; returns it."""
+    import torch
+    from safetensors import safe_open
+    from safetensors.torch import load_model
+
+    from snip.data import load_tokenizer
+    from snip.models import ModelConfig, build_model
+    from snip.models.hf import save_hf_llama
+    from snip.train import checkpoint
+
+    path = checkpoint.find(Path(run))
+    meta = checkpoint.verify(path)
+    if "model" not in meta:
+        raise ValueError(f"checkpoint {path} records no model shape (meta.json has no 'model')")
+    cfg = ModelConfig(**meta["model"])
+    weights = path / "model.safetensors"
+    with safe_open(str(weights), "pt") as f:  # the stored dtype (tied tensors are stored once)
+        dtype = f.get_slice(next(iter(f.keys()))).get_dtype()
+    model = build_model(cfg, dtype=getattr(torch, _DTYPES.get(dtype, "float32")))
+    missing, unexpected = load_model(model, str(weights), strict=False)
+    if missing or unexpected:
+        raise ValueError(f"checkpoint {path} does not fit its recorded model shape (missing "
+                         f"{sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]})")
+    out = save_hf_llama(model, out)
+    tokenizer = meta.get("tokenizer")
+    if isinstance(tokenizer, str) and tokenizer != "byte" and Path(tokenizer).is_file():
+        spec = load_tokenizer(tokenizer).to_dict()
+        if spec.get("type") == "bpe":  # the HF tokenizers JSON inside is what HF loads
+            (out / "tokenizer.json").write_text(json.dumps(spec["tokenizer"]))
+    plan = path / "plan.json"
+    source = {"checkpoint": str(path), "step": meta.get("step"), "tokenizer": tokenizer,
+              "plan": json.loads(plan.read_text()) if plan.is_file() else None}
+    (out / "snip_export.json").write_text(json.dumps(source, indent=2) + "\n")
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    out = export_hf(args.run, args.out)
+    print(f"exported {args.run} -> {out} (transformers LlamaForCausalLM)")
+    return 0
