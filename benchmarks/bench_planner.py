@@ -38,7 +38,8 @@ CASES = {"fp4 >= 0.50": Budget(fp4_fraction=0.5), "fp4 >= 0.75": Budget(fp4_frac
          "time <= 0.60 (blackwell)": Budget(relative_time=0.6),
          "time <= 0.40 (blackwell_ultra)": Budget(relative_time=0.4, profile="blackwell_ultra"),
          "fp4 >= 0.5 and time <= 0.45": Budget(fp4_fraction=0.5, relative_time=0.45),
-         "fp4 >= 0.75 and time <= 0.45": Budget(fp4_fraction=0.75, relative_time=0.45)}
+         "fp4 >= 0.75 and time <= 0.45": Budget(fp4_fraction=0.75, relative_time=0.45),
+         "fp4 >= 0.6 and time <= 0.40": Budget(fp4_fraction=0.6, relative_time=0.4)}
 
 
 def timed(fn, repeat: int) -> tuple[float, object]:

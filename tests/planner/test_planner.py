@@ -193,3 +193,28 @@ def test_time_dp_with_stages_equals_brute_force(seed: int) -> None:
     got, ref = solve_ilp(p), solve_brute_force(p)
     assert p.objective(got) == pytest.approx(p.objective(ref), rel=1e-9, abs=1e-12)
     assert not p.violations(got)
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_mckp_dp_equals_brute_force(seed: int) -> None:
+    import itertools
+
+    from snip.planner.ilp import solve_mckp_dp
+
+    rng = np.random.default_rng(seed)
+    n, k = int(rng.integers(1, 6)), int(rng.integers(1, 4))
+    cost, weight = rng.normal(size=(n, k)), rng.integers(0, 7, (n, k))
+    allowed = rng.random((n, k)) < 0.8
+    allowed[np.arange(n), rng.integers(0, k, n)] = True
+    cap = int(rng.integers(0, 20))
+    feasible = [(sum(cost[u, p] for u, p in enumerate(ch)), ch)
+                for ch in itertools.product(range(k), repeat=n)
+                if all(allowed[u, p] for u, p in enumerate(ch))
+                and sum(weight[u, p] for u, p in enumerate(ch)) <= cap]
+    got = solve_mckp_dp(cost, weight, allowed, cap)
+    if not feasible:
+        assert got is None
+        return
+    assert got is not None and allowed[np.arange(n), got].all()
+    assert weight[np.arange(n), got].sum() <= cap
+    assert cost[np.arange(n), got].sum() == pytest.approx(min(v for v, _ in feasible))

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -207,7 +207,8 @@ def integer_weights(flops: np.ndarray) -> tuple[np.ndarray, int] | None:
     return np.round(flops).astype(np.int64) // g, g
 
 
-def ordered_subset(weights: Sequence[int], order: Sequence[int], target: int) -> list[int] | None:
+def ordered_subset(weights: Sequence[int] | Mapping[int, int], order: Sequence[int],
+                   target: int) -> list[int] | None:
     """The lexicographically first (in ``order``) subset of ``order`` whose weight sum is the
     smallest reachable sum ``>= target``; ``None`` when no subset reaches ``target``.
 

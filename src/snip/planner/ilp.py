@@ -202,22 +202,31 @@ def solve_mckp_dp(cost: np.ndarray, weight: np.ndarray, allowed: np.ndarray,
     # arg[u, c] is the rank of the option chosen (0 = the unit's lightest), in ``ranked[u]``
     ranked = [sorted((int(extra[u, p]), p) for p in range(k) if allowed[u, p]
                      and extra[u, p] <= room) for u in range(n)]
+    # Units go lightest-first; after a prefix, no selection uses more than ``hi`` extra, and
+    # best[c] == best[hi] above it, so only [0, hi] is computed (about half the table).
+    seq = sorted(range(n), key=lambda u: ranked[u][-1][0])
     best, new = np.zeros(room + 1), np.empty(room + 1)
     tmp, mask = np.empty(room + 1), np.empty(room + 1, dtype=bool)
     arg = np.zeros((n, room + 1), dtype=np.uint8)
-    for u in range(n):
+    his = np.zeros(n, dtype=np.int64)
+    hi = 0
+    for u in seq:
         opts = ranked[u]
-        np.add(best, cost[u, opts[0][1]], out=new)  # opts[0][0] == 0: fits everywhere
+        top = min(room, hi + opts[-1][0])
+        best[hi + 1:top + 1] = best[hi]  # extend the constant tail
+        np.add(best[:top + 1], cost[u, opts[0][1]], out=new[:top + 1])  # opts[0][0] == 0
         for r, (e, p) in enumerate(opts[1:], start=1):
-            m = room + 1 - e
+            m = top + 1 - e
             np.add(best[:m], cost[u, p], out=tmp[:m])
-            np.less(tmp[:m], new[e:], out=mask[:m])
-            np.copyto(new[e:], tmp[:m], where=mask[:m])
-            np.copyto(arg[u, e:], r, where=mask[:m])
+            np.less(tmp[:m], new[e:top + 1], out=mask[:m])
+            np.copyto(new[e:top + 1], tmp[:m], where=mask[:m])
+            np.copyto(arg[u, e:top + 1], r, where=mask[:m])
         best, new = new, best
+        hi = his[u] = top
     choice = np.zeros(n, dtype=int)
     c = room
-    for u in range(n - 1, -1, -1):
+    for u in reversed(seq):
+        c = min(c, int(his[u]))
         e, p = ranked[u][int(arg[u, c])]
         choice[u] = p
         c -= e
