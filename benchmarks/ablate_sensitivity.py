@@ -111,8 +111,8 @@ def main() -> None:
         rows[key] = {"spearman": rho, "predicted_total": sum(pr.values())}
         print(f"{key:16s} Spearman {rho:+.2f}   predicted total {sum(pr.values()):.4g}")
     write_json("ablate_sensitivity.json", {"args": vars(args), "damage": damage,
-                                           "per_repeat": per_repeat, "predictors": preds, "summary": rows,
-                                           "split_half": split,
+                                           "per_repeat": per_repeat, "predictors": preds,
+                                           "summary": rows, "split_half": split,
                                            "seconds": time.perf_counter() - t0})
 
 
