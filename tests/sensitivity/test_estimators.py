@@ -174,7 +174,7 @@ def test_loss_divergence_matches_quadratic_model() -> None:
     w = model.proj.weight.detach().clone()
     ew = quantize(w, spec.for_weight(), axis=-1) - w
     gen = torch.Generator().manual_seed(1)
-    base, total, draws = float(_quad_loss(model, (x, y))), 0.0, 200
+    base, total, draws = float(_quad_loss(model, (x, y)).detach()), 0.0, 200
     with torch.no_grad():
         for _ in range(draws):
             sx = torch.randint(0, 2, ex.shape, generator=gen) * 2 - 1

@@ -19,15 +19,16 @@ perturbs every upstream weight gradient (both ``dW``).  A per-layer decision sum
 
 Normalisation (:class:`Normalization`):
 
-* ``SUM`` (default): ``dL_hat = dL / sum_l max_p dL_l``, ``dW_hat = dW / sum_{l,g} max_p dW_{l,g}``
-  -- each metric sums to 1 over the model at its worst candidate, so the unweighted objective
+* ``SUM`` (the previous default; :func:`normalize`'s default):
+  ``dL_hat = dL / sum_l max_p dL_l``, ``dW_hat = dW / sum_{l,g} max_p dW_{l,g}`` -- each metric
+  sums to 1 over the model at its worst candidate, so the unweighted objective
   ``dL_hat + dW_hat`` weighs forward and backward damage equally.
 * ``RELATIVE``: ``dL / L`` (relative loss increase) and ``dW / ||theta||^2`` (relative drift).
-* ``NATS``: both metrics already in nats of training loss -- ``dL`` and ``dW_nats``, the
-  stationary excess loss that the backward GEMM's gradient noise causes under Adam
-  (:func:`snip.sensitivity.adam.nats_weight`) -- divided by *one* common constant
-  ``Z = sum_{l,g} max_p (dL + dW_nats)``, so the exchange rate between the two is physical,
-  not an arbitrary 1:1 of separately normalised sums.
+* ``NATS`` (what :func:`snip.sensitivity.measure` uses by default): both metrics already in
+  nats of training loss -- ``dL`` and ``dW_nats``, the stationary excess loss that the backward
+  GEMM's gradient noise causes under Adam (:func:`snip.sensitivity.adam.nats_weight`) --
+  divided by *one* common constant ``Z = sum_{l,g} max_p (dL + dW_nats)``, so the exchange rate
+  between the two is physical, not an arbitrary 1:1 of separately normalised sums.
 
 :class:`Terms` selects what the objective adds (``BOTH``; ``LOSS`` or ``WEIGHT`` alone for the
 ablation).  :func:`blend` mixes two tables (the controller's exponential moving average), so a
