@@ -124,6 +124,9 @@ def test_compare_three_arms_two_orders(base: Path, tmp_path: Path,
     assert o0["step"] == o1["step"] == 16 and o0["val_loss"] != o1["val_loss"]
     html = (out / "report.html").read_text()
     assert "Paired comparison against bf16" in html and "layer_type@0.5" in html
+    (out / "report.html").unlink()
+    assert main(["report", str(out)]) == 0  # snip report renders a compare directory
+    assert "Paired comparison against bf16" in (out / "report.html").read_text()
     # finished arms are never rerun: a second call trains nothing and gives the same table
     before = (out / "compare.json").read_text()
     assert main(argv) == 0

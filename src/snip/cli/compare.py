@@ -85,6 +85,16 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def compare_report(out: Path) -> Path | None:
+    """Rewrite the table and report of the comparison in ``out`` (`snip report OUT`)."""
+    from snip.compare import load_sweep, summarize, write_summary
+
+    sweep = load_sweep(out)
+    summary = summarize(sweep)
+    write_summary(summary)
+    return _report(sweep, summary)
+
+
 def _report(sweep, summary) -> Path | None:  # noqa: ANN001
     """report.html: the table plus the curves of every arm of the first unit that has run."""
     from snip.compare import html_tables

@@ -4,6 +4,8 @@
     snip report runs/A runs/B --out compare/   # A and B on shared axes
     snip report runs/bf16 runs/fp4_s1 runs/fp4_s2 --out cmp/ --baseline bf16
                                                # differences from bf16; fp4_s* averaged
+    snip report runs/cmp                       # a `snip compare` directory: its paired table
+                                               # and the curves of all arms
 
 The page names each run's precision, takes differences from the baseline, highlights the best
 run, groups seeds, zooms on the last half of the loss curves and shows only the configuration
@@ -29,7 +31,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from snip.report import load_run, summary, write_report
+
+    if len(args.runs) == 1 and (Path(args.runs[0]) / "sweep.json").is_file():
+        from snip.cli.compare import compare_report
+
+        print(f"report: {compare_report(Path(args.runs[0]))}")
+        return 0
 
     path = write_report(args.runs, out=args.out, baseline=args.baseline)
     for d in args.runs:
