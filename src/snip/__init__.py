@@ -10,6 +10,7 @@ The public contract (``shared/DESIGN.md`` section 3)::
     snip.convert(model, plan)       swap nn.Linear for QLinear
 """
 
+from snip.errors import UserError
 from snip.formats import (
     PRESETS,
     ElementFormat,
@@ -36,6 +37,7 @@ __all__ = [
     "QTensor",
     "QuantSpec",
     "Rounding",
+    "UserError",
     "__version__",
     "cast",
     "convert",

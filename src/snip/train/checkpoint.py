@@ -43,13 +43,15 @@ from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 from torch import nn
 
+from snip.errors import UserError
+
 PREFIX = "step_"
 # Test hook: "STEP:SECONDS" sleeps inside the write of checkpoint STEP (after the weights are
 # written, before the rename), so a test can kill the process exactly there.
 PAUSE_ENV = "SNIP_CHECKPOINT_PAUSE"
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError):
     """A checkpoint that cannot be used (user-facing: exit code 2 from the CLI)."""
 
 

@@ -1,0 +1,23 @@
+"""The project's one user-error type.
+
+Everything that is the *user's* fault -- a bad flag, a missing or malformed file, a run directory
+that cannot be resumed, a format the emulation cannot represent -- is raised as ``UserError``.
+It subclasses ``ValueError`` so library callers who already catch ``ValueError`` keep working.
+
+The split matters for the CLI (``snip.cli.main``): it turns *only* ``UserError`` into one line on
+stderr and exit code 2.  Any other exception (``TypeError``, ``KeyError``, a plain ``ValueError``
+from deep inside torch) is a bug in snip or a dependency and keeps its traceback, so it gets
+reported instead of being mistaken for bad input.  Set ``SNIP_DEBUG=1`` to see the traceback of a
+``UserError`` too.
+
+Messages name the offending value (and the key or file it came from) and, where there is one, the
+fix: ``--train.lr must be a finite positive number, got 1e+39``.
+"""
+
+from __future__ import annotations
+
+__all__ = ["UserError"]
+
+
+class UserError(ValueError):
+    """Bad input from the user: shown by the CLI as one line, exit code 2."""
