@@ -16,8 +16,12 @@ fix: ``--train.lr must be a finite positive number, got 1e+39``.
 
 from __future__ import annotations
 
-__all__ = ["UserError"]
+__all__ = ["MissingFileError", "UserError"]
 
 
 class UserError(ValueError):
     """Bad input from the user: shown by the CLI as one line, exit code 2."""
+
+
+class MissingFileError(UserError, FileNotFoundError):
+    """A file or directory the user named does not exist (also a ``FileNotFoundError``)."""

@@ -18,6 +18,8 @@ import json
 import math
 from pathlib import Path
 
+from snip.errors import UserError
+
 COMMAND = "audit"
 HELP = "audit invisible weight updates against an fp32 reference trace; build fp32-master masks"
 
@@ -77,7 +79,7 @@ def _run(cfg: dict, ds, *, fmt: str | None = None, policy: str = "rne",
     torch.manual_seed(cfg["seed"])
     model = build_model(cfg["model"])
     if cfg["seq_len"] > model.config.max_seq_len:
-        raise ValueError(f"--seq-len {cfg['seq_len']} exceeds the {cfg['model']} model's "
+        raise UserError(f"--seq-len {cfg['seq_len']} exceeds the {cfg['model']} model's "
                          f"max_seq_len {model.config.max_seq_len}")
     t = _train_section(cfg)
     opt = make_optimizer(model, t)

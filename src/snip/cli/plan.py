@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from snip.errors import MissingFileError, UserError
+
 COMMAND = "plan"
 HELP = "plan per-layer precision (SNIP ILP or a baseline) from a saved training checkpoint"
 
@@ -46,17 +48,17 @@ def _checkpoint_dir(path: Path) -> Path:
     from snip.train import checkpoint
 
     if not path.exists():
-        raise FileNotFoundError(f"--checkpoint {path} does not exist; pass a run directory "
+        raise MissingFileError(f"--checkpoint {path} does not exist; pass a run directory "
                                 f"(runs/NAME) or one of its checkpoints/step_<N> directories")
     found = path if (path / "meta.json").is_file() else None
     if found is None:
         ckpts = checkpoint.list_checkpoints(path / "checkpoints")
         if not ckpts:
-            raise FileNotFoundError(f"--checkpoint {path} has no checkpoints (expected "
+            raise MissingFileError(f"--checkpoint {path} has no checkpoints (expected "
                                     f"{path / 'checkpoints'}/step_<N>)")
         found = ckpts[-1]
     if not (found / "optimizer.pt").is_file():
-        raise ValueError(f"checkpoint {found} has no optimizer state (optimizer.pt is missing): "
+        raise UserError(f"checkpoint {found} has no optimizer state (optimizer.pt is missing): "
                          f"the weight divergence needs the AdamW moments; plan from a checkpoint "
                          f"written by `snip train`, which saves them")
     return found
@@ -71,7 +73,7 @@ def _load(path: Path):
 
     ckpt = checkpoint.load(path)
     if not ckpt.optimizer.get("state"):
-        raise ValueError(f"checkpoint {path} has an empty optimizer state (no AdamW moments; "
+        raise UserError(f"checkpoint {path} has an empty optimizer state (no AdamW moments; "
                          f"saved before the first step?); plan from a later checkpoint")
     cfg = C.load(path / "config.toml")
     data = open_data(cfg.data, cfg.seed)
@@ -88,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     from snip.train.loop import CALIBRATION_KEY
 
     if args.micro_batches < 1:
-        raise ValueError(f"--micro-batches={args.micro_batches} must be >= 1")
+        raise UserError(f"--micro-batches={args.micro_batches} must be >= 1")
     fp4 = 0.75 if args.budget is None and args.relative_time is None else args.budget
     budget = Budget(fp4_fraction=fp4, relative_time=args.relative_time, profile=args.profile)
     path = _checkpoint_dir(args.checkpoint)

@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from snip.data.tokenizer import Tokenizer
+from snip.errors import MissingFileError, UserError
 
 DEFAULT_VAL_FRACTION = 0.05
 STDLIB_EXCLUDE = frozenset({"site-packages", "dist-packages", "__pycache__", "test", "tests",
@@ -81,7 +82,7 @@ def text_documents(path: str | Path, pattern: str = "**/*") -> list[Document]:
     files and files with a NUL byte in their first 8 KB (binaries) are skipped."""
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"data path {path} does not exist; pass an existing text file or directory, "
             "or omit it to use the built-in corpus"
         )
@@ -94,7 +95,7 @@ def text_documents(path: str | Path, pattern: str = "**/*") -> list[Document]:
             if not _looks_binary(p):
                 docs.append(Document(rel.as_posix(), p))
     if not docs:
-        raise ValueError(
+        raise UserError(
             f"no text files match {pattern!r} under {path}; add text files there or pass a "
             "different pattern"
         )
@@ -118,7 +119,7 @@ def split_documents(
 
 def _check_fraction(val_fraction: float) -> None:
     if not 0.0 <= val_fraction < 1.0:
-        raise ValueError(f"val_fraction={val_fraction} must be in [0, 1)")
+        raise UserError(f"val_fraction={val_fraction} must be in [0, 1)")
 
 
 def read_text(path: Path) -> str:
@@ -126,7 +127,7 @@ def read_text(path: Path) -> str:
     try:
         return path.read_text(encoding="utf-8", errors="replace")
     except OSError as e:
-        raise ValueError(f"cannot read {path}: {e.strerror or e}; check its permissions") from e
+        raise UserError(f"cannot read {path}: {e.strerror or e}; check its permissions") from e
 
 
 def iter_texts(
@@ -135,7 +136,7 @@ def iter_texts(
     """The texts of one split, in order: what a BPE tokenizer should be trained on."""
     train, val = split_documents(docs, val_fraction)
     if split not in ("train", "val"):
-        raise ValueError(f"split={split!r} must be 'train' or 'val'")
+        raise UserError(f"split={split!r} must be 'train' or 'val'")
     for d in train if split == "train" else val:
         yield read_text(d.path)
 
@@ -214,7 +215,7 @@ def tokenize_corpus(
         train = tokenize_documents(train_docs, tokenizer)
         val = tokenize_documents(val_docs, tokenizer)
     if len(train) + len(val) <= len(docs):  # nothing but one end-of-text id per document
-        raise ValueError(
+        raise UserError(
             f"the {name} corpus is empty ({len(docs)} documents, no text); add text or point to "
             "another source"
         )

@@ -39,6 +39,7 @@ from snip.data.corpus import (
     tokenize_corpus,
 )
 from snip.data.tokenizer import Tokenizer, load_tokenizer
+from snip.errors import MissingFileError, UserError
 
 SPLITS = ("train", "val")
 
@@ -47,12 +48,12 @@ def load_bin(path: str | Path) -> np.memmap:
     """Memory-map a file of native-endian uint16 tokens (nanoGPT's format)."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"token file {path} does not exist; check the path")
+        raise MissingFileError(f"token file {path} does not exist; check the path")
     size = path.stat().st_size
     if size == 0:
-        raise ValueError(f"token file {path} is empty; regenerate it or point to another file")
+        raise UserError(f"token file {path} is empty; regenerate it or point to another file")
     if size % 2:
-        raise ValueError(
+        raise UserError(
             f"token file {path} has {size} bytes, not a whole number of uint16 tokens; "
             "it is truncated or not a uint16 token file"
         )
@@ -73,21 +74,21 @@ class TokenDataset:
         for split in SPLITS:
             a = getattr(self, split)
             if a.ndim != 1 or not np.issubdtype(a.dtype, np.integer):
-                raise ValueError(f"{split} tokens must be a 1-D integer array, not {a.dtype}")
+                raise UserError(f"{split} tokens must be a 1-D integer array, not {a.dtype}")
         if self.vocab_size <= 0:
-            raise ValueError(f"vocab_size={self.vocab_size} must be positive")
+            raise UserError(f"vocab_size={self.vocab_size} must be positive")
 
     def tokens(self, split: str) -> np.ndarray:
         if split not in SPLITS:
-            raise ValueError(f"split={split!r} must be 'train' or 'val'")
+            raise UserError(f"split={split!r} must be 'train' or 'val'")
         return self.train if split == "train" else self.val
 
     def _windows(self, split: str, seq_len: int) -> np.ndarray:
         tokens = self.tokens(split)
         if seq_len <= 0:
-            raise ValueError(f"seq_len={seq_len} must be positive")
+            raise UserError(f"seq_len={seq_len} must be positive")
         if len(tokens) <= seq_len:
-            raise ValueError(
+            raise UserError(
                 f"the {split} split has {len(tokens)} tokens, too few for seq_len={seq_len} "
                 "(needs seq_len + 1); use a shorter seq_len or more data"
             )
@@ -106,9 +107,9 @@ class TokenDataset:
         """Inputs x and next-token targets y, both (batch_size, seq_len) int64; a pure function
         of (seed, split, step, rank, world_size) and the data."""
         if not 0 <= rank < world_size:
-            raise ValueError(f"rank={rank} must be in [0, world_size={world_size})")
+            raise UserError(f"rank={rank} must be in [0, world_size={world_size})")
         if batch_size <= 0 or step < 0:
-            raise ValueError(f"batch_size={batch_size} must be > 0 and step={step} >= 0")
+            raise UserError(f"batch_size={batch_size} must be > 0 and step={step} >= 0")
         tokens = self._windows(split, seq_len)
         rng = np.random.default_rng([self.seed, SPLITS.index(split), step])
         starts = rng.integers(0, len(tokens) - seq_len, size=batch_size * world_size)
@@ -185,7 +186,7 @@ def load_dataset(
         docs, name = text_documents(source, pattern), "text"
     train, val = tokenize_corpus(docs, tok, val_fraction, cache_dir, cache, name)
     if vocab_size is not None and vocab_size < tok.vocab_size:
-        raise ValueError(f"vocab_size={vocab_size} < the tokenizer's {tok.vocab_size}")
+        raise UserError(f"vocab_size={vocab_size} < the tokenizer's {tok.vocab_size}")
     return TokenDataset(
         train=train, val=val, vocab_size=vocab_size or tok.vocab_size, seed=seed, tokenizer=tok
     )

@@ -30,6 +30,7 @@ import enum
 
 import torch
 
+from snip.errors import UserError
 from snip.formats.element import ElementFormat, Kind, Special, get_element
 
 
@@ -45,7 +46,7 @@ def as_rounding(rounding: Rounding | str) -> Rounding:
         return Rounding(str(rounding).lower())
     except ValueError:
         valid = ", ".join(r.value for r in Rounding)
-        raise ValueError(f"unknown rounding {rounding!r}; valid: {valid}") from None
+        raise UserError(f"unknown rounding {rounding!r}; valid: {valid}") from None
 
 
 def check_float_tensor(x: torch.Tensor) -> None:

@@ -22,6 +22,8 @@ import enum
 import math
 from dataclasses import dataclass, field
 
+from snip.errors import UserError
+
 
 class Special(enum.Enum):
     """What the all-ones exponent field encodes."""
@@ -61,7 +63,7 @@ class ElementFormat:
     def __post_init__(self) -> None:
         if self.kind is Kind.INT:
             if self.bits < 2:
-                raise ValueError(f"integer format {self.name!r} needs at least 2 bits")
+                raise UserError(f"integer format {self.name!r} needs at least 2 bits")
             int_max = 2 ** (self.bits - 1) - 1
             vals = (
                 int_max * self.step,
@@ -72,7 +74,7 @@ class ElementFormat:
             )
         else:
             if self.ebits < 1 or self.mbits < 0 or self.bits != 1 + self.ebits + self.mbits:
-                raise ValueError(
+                raise UserError(
                     f"float format {self.name!r}: bits ({self.bits}) must be 1 + ebits + mbits"
                 )
             top = 2**self.ebits - 1  # all-ones exponent field
@@ -120,7 +122,7 @@ def float_format(
 ) -> ElementFormat:
     """Generic constructor for any ``ExMy`` float format (default bias ``2^(E-1) - 1``)."""
     if ebits < 1 or mbits < 0 or ebits + mbits > 31:
-        raise ValueError(f"invalid float format e{ebits}m{mbits}: need ebits >= 1, mbits >= 0")
+        raise UserError(f"invalid float format e{ebits}m{mbits}: need ebits >= 1, mbits >= 0")
     bias = 2 ** (ebits - 1) - 1 if bias is None else bias
     return ElementFormat(
         name=name or f"e{ebits}m{mbits}",
@@ -172,6 +174,6 @@ def get_element(name: str | ElementFormat) -> ElementFormat:
     m = re.fullmatch(r"e(\d+)m(\d+)", key)
     if m and int(m.group(1)) >= 1:
         return float_format(int(m.group(1)), int(m.group(2)))
-    raise ValueError(
+    raise UserError(
         f"unknown element format {name!r}; valid names: {', '.join(ELEMENTS)} (or any 'eXmY')"
     )

@@ -29,6 +29,7 @@ from typing import Protocol, runtime_checkable
 
 from torch import nn
 
+from snip.errors import UserError
 from snip.formats import QuantSpec
 from snip.nn.gemm import Accum, SaveMode
 from snip.nn.qlinear import QLinear, as_gemm_specs
@@ -84,7 +85,7 @@ def _check_names(model: nn.Module, names: Mapping[str, object] | list[str], *,
     if unknown:
         what = "linear" if allow_linear else "QLinear"
         sample = ", ".join(sorted(known)[:8]) + (", ..." if len(known) > 8 else "")
-        raise ValueError(f"no {what} layer named {', '.join(map(repr, unknown))} in the model; "
+        raise UserError(f"no {what} layer named {', '.join(map(repr, unknown))} in the model; "
                          f"known {what} layers: {sample or '(none)'}")
 
 

@@ -32,6 +32,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from snip.errors import UserError
 from snip.formats import is_fp4
 from snip.planner.problem import Problem, infeasible_message
 from snip.sensitivity.table import SensitivityTable
@@ -50,7 +51,7 @@ class Method(enum.Enum):
         try:
             return cls(value)
         except ValueError:
-            raise ValueError(f"unknown planning method {value!r}; valid methods: "
+            raise UserError(f"unknown planning method {value!r}; valid methods: "
                              f"{', '.join(m.value for m in cls)}") from None
 
 
@@ -106,7 +107,7 @@ def order_min_rel_err(problem: Problem, table: SensitivityTable) -> list[int]:
     for name, gemms in problem.units:
         errs = table.layers[name].rel_err.get(low)
         if not errs:
-            raise ValueError(f"layer {name!r} has no relative quantization error for {low!r} in "
+            raise UserError(f"layer {name!r} has no relative quantization error for {low!r} in "
                              f"the sensitivity table; min_rel_err needs the statistics pass")
         scores.append(sum(errs[op] for g in gemms for op in _OPERANDS[g]))
     return sorted(range(len(scores)), key=lambda u: (scores[u], u))
@@ -151,7 +152,7 @@ def greedy_fill(problem: Problem, order: list[int]) -> np.ndarray:
             break
         choice[u] = low
     if problem.violations(choice):
-        raise ValueError(infeasible_message(problem))
+        raise UserError(infeasible_message(problem))
     return choice
 
 
@@ -161,7 +162,7 @@ def solve_baseline(problem: Problem, method: Method, table: SensitivityTable,
         low, _ = low_high(problem)
         choice = np.full(len(problem.units), low)
         if problem.violations(choice):
-            raise ValueError(infeasible_message(problem))
+            raise UserError(infeasible_message(problem))
         return choice
     orders = {Method.LAYER_ID: lambda: order_layer_id(problem),
               Method.LAYER_TYPE: lambda: order_layer_type(problem),

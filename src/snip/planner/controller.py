@@ -31,6 +31,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from snip.errors import UserError
 from snip.plan import PrecisionPlan
 from snip.planner.baselines import Method
 from snip.planner.problem import DEFAULT_CANDIDATES, Budget
@@ -80,12 +81,12 @@ class Controller:
 
     def __post_init__(self) -> None:
         if isinstance(self.every, bool) or not isinstance(self.every, int) or self.every < 1:
-            raise ValueError(f"precision.every={self.every!r} must be an integer >= 1 (re-plan "
+            raise UserError(f"precision.every={self.every!r} must be an integer >= 1 (re-plan "
                              f"every N steps)")
         if self.warmup is None:
             self.warmup = self.every
         if not isinstance(self.warmup, int) or self.warmup < 1:
-            raise ValueError(f"warmup={self.warmup!r} must be an integer >= 1 (plans need one "
+            raise UserError(f"warmup={self.warmup!r} must be an integer >= 1 (plans need one "
                              f"optimizer step of AdamW state)")
         self.budget = Budget.of(self.budget)
         self.method = Method.parse(self.method)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from snip.errors import UserError
 from snip.report.html import page, summary
 from snip.report.plots import all_plots
 from snip.report.runs import RunData, load_run
@@ -22,11 +23,11 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path | None = None) 
     """Write the plots and ``report.html`` to ``out`` (default: the only run's directory);
     returns the HTML path."""
     if not run_dirs:
-        raise ValueError("give at least one run directory")
+        raise UserError("give at least one run directory")
     runs = [load_run(d) for d in run_dirs]
     if out is None:
         if len(runs) > 1:
-            raise ValueError("comparing several runs needs --out DIR")
+            raise UserError("comparing several runs needs --out DIR")
         out = runs[0].path
     out = Path(out)
     plots = all_plots(runs, out)

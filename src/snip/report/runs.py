@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from snip.errors import MissingFileError
 from snip.nn.specs import GEMM_NAMES
 
 GEMMS = GEMM_NAMES
@@ -60,7 +61,7 @@ def load_run(path: str | Path) -> RunData:
     path = Path(path)
     metrics = path / "metrics.jsonl"
     if not metrics.is_file():
-        raise FileNotFoundError(f"{path} is not a run directory (no metrics.jsonl)")
+        raise MissingFileError(f"{path} is not a run directory (no metrics.jsonl)")
     events = []
     for line in metrics.read_text().splitlines():
         try:

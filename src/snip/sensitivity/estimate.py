@@ -48,6 +48,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from snip.errors import UserError
 from snip.formats import get_spec, quantize
 from snip.nn.specs import Gemm
 from snip.plan.cost import gemm_flops, linear_layers
@@ -81,16 +82,16 @@ class SensitivityConfig:
         object.__setattr__(self, "candidates", tuple(get_spec(c).name for c in self.candidates))
         object.__setattr__(self, "normalization", Normalization(self.normalization))
         if not self.candidates:
-            raise ValueError("SensitivityConfig.candidates is empty; give at least one preset")
+            raise UserError("SensitivityConfig.candidates is empty; give at least one preset")
         if isinstance(self.micro_batches, bool) or not isinstance(self.micro_batches, int) \
                 or self.micro_batches < 1:
-            raise ValueError(f"micro_batches={self.micro_batches!r} must be a positive int")
+            raise UserError(f"micro_batches={self.micro_batches!r} must be a positive int")
         if isinstance(self.noise_groups, bool) or not isinstance(self.noise_groups, int) \
                 or self.noise_groups < 1:
-            raise ValueError(f"noise_groups={self.noise_groups!r} must be a positive int (forward "
+            raise UserError(f"noise_groups={self.noise_groups!r} must be a positive int (forward "
                              "noise passes per micro-batch; more passes = fewer cross terms)")
         if not 0 < self.noise_scale < 1:
-            raise ValueError(f"noise_scale={self.noise_scale!r} must be in (0, 1); "
+            raise UserError(f"noise_scale={self.noise_scale!r} must be in (0, 1); "
                              "0.05 (5% of each operand's RMS) is a good default")
 
 
@@ -258,7 +259,7 @@ def measure(model: nn.Module, batch_fn: BatchFn, *, optimizer=None,
     names = list(layers) if layers is not None else list(all_linear)
     missing = [n for n in names if n not in all_linear]
     if missing:
-        raise ValueError(f"{missing[0]!r} is not a linear layer of this model")
+        raise UserError(f"{missing[0]!r} is not a linear layer of this model")
     chosen = {n: all_linear[n] for n in names}
     params = [p for p in model.parameters() if p.requires_grad]
     device = next(model.parameters()).device

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from snip.errors import MissingFileError, UserError
 from snip.nn.specs import GEMM_NAMES, Gemm
 
 TABLE_VERSION = 1
@@ -84,7 +85,7 @@ class LayerEntry:
         try:
             return self.metrics[g][candidate]
         except KeyError:
-            raise ValueError(f"sensitivity table has no {g} metric for candidate {candidate!r}; "
+            raise UserError(f"sensitivity table has no {g} metric for candidate {candidate!r}; "
                              f"measured candidates: {sorted(self.metrics.get(g, {}))}") from None
 
     @property
@@ -106,7 +107,7 @@ class LayerEntry:
                                 for g in GEMMS},
                        rel_err=dict(d.get("rel_err", {})), stats=dict(d.get("stats", {})))
         except (KeyError, TypeError) as e:
-            raise ValueError(f"sensitivity table layer {name!r} is malformed (missing {e}); "
+            raise UserError(f"sensitivity table layer {name!r} is malformed (missing {e}); "
                              f"regenerate it with this version of snip") from None
 
 
@@ -126,13 +127,13 @@ class SensitivityTable:
         object.__setattr__(self, "candidates", tuple(self.candidates))
         object.__setattr__(self, "normalization", Normalization(self.normalization))
         if not self.layers:
-            raise ValueError("a sensitivity table needs at least one layer")
+            raise UserError("a sensitivity table needs at least one layer")
         for name, entry in self.layers.items():
             for c in self.candidates:
                 for g in GEMMS:
                     entry.metric(g, c)  # raises naming the missing candidate
             if set(entry.flops) != set(GEMMS):
-                raise ValueError(f"layer {name!r}: flops must have keys {GEMMS}")
+                raise UserError(f"layer {name!r}: flops must have keys {GEMMS}")
 
     @property
     def names(self) -> list[str]:
@@ -156,7 +157,7 @@ class SensitivityTable:
     @classmethod
     def from_dict(cls, d: Mapping) -> SensitivityTable:
         if d.get("version") != TABLE_VERSION:
-            raise ValueError(f"unsupported sensitivity table version {d.get('version')!r}; "
+            raise UserError(f"unsupported sensitivity table version {d.get('version')!r}; "
                              f"this snip reads version {TABLE_VERSION}")
         loss = d.get("loss")
         return cls(candidates=tuple(d["candidates"]), tokens=int(d.get("tokens", 1)),
@@ -169,11 +170,11 @@ class SensitivityTable:
     def from_json(cls, source: str | Path) -> SensitivityTable:
         path = Path(source)
         if not path.is_file():
-            raise FileNotFoundError(f"sensitivity table not found: {path}")
+            raise MissingFileError(f"sensitivity table not found: {path}")
         try:
             return cls.from_dict(json.loads(path.read_text()))
         except json.JSONDecodeError as e:
-            raise ValueError(f"{path} is not valid JSON: {e}") from None
+            raise UserError(f"{path} is not valid JSON: {e}") from None
 
 
 def _finite_or_none(x: float) -> float | None:

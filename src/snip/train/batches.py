@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from snip.errors import UserError
 from snip.train.config import DataSection
 
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -45,7 +46,7 @@ def open_data(cfg: DataSection, seed: int) -> Batches:
     ds = load_dataset(cfg.path or None, tokenizer=cfg.tokenizer, val_fraction=cfg.val_fraction,
                       seed=seed)
     if len(ds.train) == 0 or len(ds.val) == 0:
-        raise ValueError(f"data.path {cfg.path or '(embedded corpus)'!r} gives an empty train or "
+        raise UserError(f"data.path {cfg.path or '(embedded corpus)'!r} gives an empty train or "
                          "validation split (empty corpus?); add text or lower data.val_fraction")
     return Batches(dataset=ds, vocab_size=ds.vocab_size, tokenizer=_tokenizer_id(ds))
 

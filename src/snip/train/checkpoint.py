@@ -43,7 +43,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 from torch import nn
 
-from snip.errors import UserError
+from snip.errors import MissingFileError, UserError
 
 PREFIX = "step_"
 # Test hook: "STEP:SECONDS" sleeps inside the write of checkpoint STEP (after the weights are
@@ -230,12 +230,12 @@ def find(path: Path) -> Path:
     """A checkpoint directory from a run directory (its newest checkpoint) or a checkpoint."""
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"--resume: {path} does not exist")
+        raise MissingFileError(f"--resume: {path} does not exist")
     if (path / "meta.json").is_file() or path.name.startswith(PREFIX):
         return path
     found = list_checkpoints(path / "checkpoints")
     if not found:
-        raise FileNotFoundError(f"--resume: {path} has no checkpoints (expected "
+        raise MissingFileError(f"--resume: {path} has no checkpoints (expected "
                                 f"{path / 'checkpoints'}/{PREFIX}<N>)")
     return found[-1]
 

@@ -36,6 +36,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from snip.errors import UserError
 from snip.models import build_model, get_config
 from snip.nn import convert, qlinear_layers
 from snip.plan import PrecisionPlan, fp4_flop_fraction
@@ -95,7 +96,7 @@ def pick_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"train.device={name!r} but CUDA is not available; use cpu or auto")
+        raise UserError(f"train.device={name!r} but CUDA is not available; use cpu or auto")
     return torch.device(name)
 
 
@@ -265,7 +266,7 @@ def setup(cfg: C.Config, resume: Path | None = None) -> Run:
 
 def _check_batch_split(t: C.TrainSection, dist: distributed.DistInfo) -> None:
     if t.batch_size % (t.grad_accum * dist.world_size):
-        raise ValueError(f"train.batch_size={t.batch_size} must be divisible by train.grad_accum"
+        raise UserError(f"train.batch_size={t.batch_size} must be divisible by train.grad_accum"
                          f" x world size = {t.grad_accum} x {dist.world_size}")
 
 
@@ -276,17 +277,17 @@ def _check_compatible(ckpt: checkpoint.Checkpoint, model: dict, tokenizer: str) 
             if saved.get(k) != v and k != "max_seq_len"}
     if diff:
         k, (old, new) = next(iter(diff.items()))
-        raise ValueError(f"cannot resume {ckpt.path}: it holds a different model shape "
+        raise UserError(f"cannot resume {ckpt.path}: it holds a different model shape "
                          f"({k}={old}, this config gives {new}); resume with the run's own "
                          "model.name and data settings")
     if ckpt.meta.get("tokenizer") != tokenizer:
-        raise ValueError(f"cannot resume {ckpt.path}: it was trained with tokenizer "
+        raise UserError(f"cannot resume {ckpt.path}: it was trained with tokenizer "
                          f"{ckpt.meta.get('tokenizer')!r}, this config uses {tokenizer!r}")
 
 
 def _prepare_run_dir(run_dir: Path, cfg: C.Config, ckpt: checkpoint.Checkpoint | None) -> None:
     if ckpt is None and checkpoint.list_checkpoints(run_dir / "checkpoints"):
-        raise ValueError(f"run directory {run_dir} already holds checkpoints; continue it with "
+        raise UserError(f"run directory {run_dir} already holds checkpoints; continue it with "
                          f"--resume {run_dir} or choose another --run.name")
     for sub in ("plans", "checkpoints", "sensitivity"):
         (run_dir / sub).mkdir(parents=True, exist_ok=True)

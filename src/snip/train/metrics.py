@@ -26,6 +26,8 @@ from typing import Any
 
 from tqdm import tqdm
 
+from snip.errors import UserError
+
 
 def _clean(value: Any) -> Any:
     # JSON has no NaN/inf; write them as strings so every line stays standard JSON.
@@ -61,7 +63,7 @@ def _tensorboard(log_dir: Path) -> Any:
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:
-        raise ValueError("log.tensorboard = true needs the tensorboard package: "
+        raise UserError("log.tensorboard = true needs the tensorboard package: "
                          "pip install 'snip[tensorboard]'") from None
     return SummaryWriter(log_dir=str(log_dir))
 

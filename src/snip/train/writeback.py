@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from snip.errors import UserError
 from snip.optim import WritebackOptimizer
 from snip.train import config as C
 
@@ -90,11 +91,11 @@ def restore(writeback: Writeback | None, optimizer: torch.optim.Optimizer,
     would silently drop masters, or start them from the stored (rounded) weights."""
     if writeback is None:
         if ckpt_writeback is not None:
-            raise ValueError(f"cannot resume {where}: it was trained with --writeback.policy "
+            raise UserError(f"cannot resume {where}: it was trained with --writeback.policy "
                              f"{ckpt_writeback.get('policy')!r}; resume with that policy")
         optimizer.load_state_dict(ckpt_optimizer)
         return
     if ckpt_writeback is None:
-        raise ValueError(f"cannot resume {where} with --writeback.policy {writeback.policy!r}: "
+        raise UserError(f"cannot resume {where} with --writeback.policy {writeback.policy!r}: "
                          "it was trained without write-back (policy 'none')")
     writeback.load_state_dict(ckpt_writeback, ckpt_optimizer)
