@@ -72,14 +72,35 @@ def stdlib_documents(max_files: int | None = None) -> list[Document]:
     return docs[:max_files]
 
 
-def _looks_binary(path: Path) -> bool:
+# A file is "binary" if its first 8 KB hold a NUL byte or more than this share of bytes that
+# are not valid UTF-8 (text in a legacy encoding has a few; executables and archives many).
+BINARY_SNIFF = 8192
+MAX_INVALID_UTF8 = 0.1
+
+
+def binary_reason(path: Path) -> str | None:
+    """Why ``path`` looks like binary data rather than text (None if it looks like text)."""
     with open(path, "rb") as f:
-        return b"\0" in f.read(8192)
+        head = f.read(BINARY_SNIFF)
+    if b"\0" in head:
+        return "it has NUL bytes"
+    text = head.decode("utf-8", errors="replace")
+    # a multi-byte character cut at the end of the sample is not an error
+    invalid = text[:-1].count("\ufffd") if len(head) == BINARY_SNIFF else text.count("\ufffd")
+    if head and invalid > MAX_INVALID_UTF8 * len(head):
+        return f"{invalid / len(head):.0%} of its first bytes are not valid UTF-8"
+    return None
 
 
-def text_documents(path: str | Path, pattern: str = "**/*") -> list[Document]:
+def _looks_binary(path: Path) -> bool:
+    return binary_reason(path) is not None
+
+
+def text_documents(path: str | Path, pattern: str = "**/*",
+                   allow_binary: bool = False) -> list[Document]:
     """A text file, or the text files under a directory matching `pattern`, sorted. Hidden
-    files and files with a NUL byte in their first 8 KB (binaries) are skipped."""
+    files and binary files (NUL bytes or mostly invalid UTF-8 in their first 8 KB) are skipped
+    in a directory; a single binary file is refused unless ``allow_binary``."""
     path = Path(path)
     if not path.exists():
         raise MissingFileError(
@@ -87,6 +108,10 @@ def text_documents(path: str | Path, pattern: str = "**/*") -> list[Document]:
             "or omit it to use the built-in corpus"
         )
     if path.is_file():
+        reason = None if allow_binary else binary_reason(path)
+        if reason:
+            raise UserError(f"data.path {str(path)!r} does not look like text ({reason}); pass "
+                            "a text file, a .bin token file, or --data.allow_binary true")
         return [Document(path.name, path)]
     docs = []
     for p in path.glob(pattern):

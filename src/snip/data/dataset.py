@@ -83,6 +83,12 @@ class TokenDataset:
             raise UserError(f"split={split!r} must be 'train' or 'val'")
         return self.train if split == "train" else self.val
 
+    def check_seq_len(self, seq_len: int) -> None:
+        """Raise unless both splits hold at least ``seq_len + 1`` tokens: called before a run
+        touches its directory, so a corpus too small fails first and loses nothing."""
+        for split in SPLITS:
+            self._windows(split, seq_len)
+
     def _windows(self, split: str, seq_len: int) -> np.ndarray:
         tokens = self.tokens(split)
         if seq_len <= 0:
@@ -168,28 +174,40 @@ def load_dataset(
     max_files: int | None = None,
     pattern: str = "**/*",
     vocab_size: int | None = None,
+    allow_binary: bool = False,
 ) -> TokenDataset:
     """A TokenDataset from `source` (see the module docstring for the accepted kinds).
 
-    For .bin data the tokenizer is not used and `vocab_size` defaults to the largest token id
-    plus one (a full scan; pass it to skip). `max_files` takes the first files of the sorted
-    built-in corpus, for quick tests."""
+    For .bin data the tokenizer only gives the vocabulary size (``vocab_size`` overrides it):
+    the vocabulary never comes from the data, and a token id outside it is an error naming the
+    id and its position. `max_files` takes the first files of the sorted built-in corpus, for
+    quick tests. A single text file that looks binary is refused unless ``allow_binary``."""
     if source is not None and _is_bin_source(Path(source)):
         train, val = _load_bin_source(Path(source), val_fraction)
         if vocab_size is None:
-            vocab_size = int(max(train.max(), val.max() if len(val) else 0)) + 1
+            vocab_size = load_tokenizer(tokenizer).vocab_size
+        for split, tokens in (("train", train), ("val", val)):
+            _check_ids(tokens, vocab_size, f"{source} ({split} split)")
         return TokenDataset(train=train, val=val, vocab_size=vocab_size, seed=seed)
     tok = load_tokenizer(tokenizer)
     if source is None:
         docs, name = stdlib_documents(max_files), "stdlib"
     else:
-        docs, name = text_documents(source, pattern), "text"
+        docs, name = text_documents(source, pattern, allow_binary), "text"
     train, val = tokenize_corpus(docs, tok, val_fraction, cache_dir, cache, name)
     if vocab_size is not None and vocab_size < tok.vocab_size:
         raise UserError(f"vocab_size={vocab_size} < the tokenizer's {tok.vocab_size}")
     return TokenDataset(
         train=train, val=val, vocab_size=vocab_size or tok.vocab_size, seed=seed, tokenizer=tok
     )
+
+
+def _check_ids(tokens: np.ndarray, vocab_size: int, where: str) -> None:
+    if len(tokens) and int(tokens.max()) >= vocab_size:
+        pos = int(np.argmax(tokens >= vocab_size))
+        raise UserError(f"token id {int(tokens[pos])} at position {pos} of {where} is outside "
+                        f"the vocabulary of {vocab_size} ids; pass the tokenizer the file was "
+                        "made with (--data.tokenizer) or --data.vocab_size")
 
 
 def _is_bin_source(path: Path) -> bool:

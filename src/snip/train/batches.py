@@ -44,7 +44,7 @@ def open_data(cfg: DataSection, seed: int) -> Batches:
     from snip.data import load_dataset
 
     ds = load_dataset(cfg.path or None, tokenizer=cfg.tokenizer, val_fraction=cfg.val_fraction,
-                      seed=seed)
+                      seed=seed, allow_binary=cfg.allow_binary, vocab_size=cfg.vocab_size or None)
     if len(ds.train) == 0 or len(ds.val) == 0:
         raise UserError(f"data.path {cfg.path or '(embedded corpus)'!r} gives an empty train or "
                          "validation split (empty corpus?); add text or lower data.val_fraction")

@@ -232,6 +232,7 @@ def setup(cfg: C.Config, resume: Path | None = None) -> Run:
     set_threads(t.threads or max(1, (os.cpu_count() or 2) // 2))
     _check_batch_split(t, dist)
     data = open_data(cfg.data, cfg.seed)  # before creating anything: bad data loses nothing
+    data.dataset.check_seq_len(t.seq_len)
     ckpt = checkpoint.load(checkpoint.find(resume)) if resume is not None else None
     model_cfg = get_config(cfg.model.name, vocab_size=data.vocab_size,
                            max_seq_len=max(t.seq_len, get_config(cfg.model.name).max_seq_len))
