@@ -40,7 +40,7 @@ from snip.errors import UserError
 from snip.models import build_model, get_config
 from snip.nn import convert, qlinear_layers
 from snip.plan import PrecisionPlan, fp4_flop_fraction
-from snip.train import checkpoint, distributed
+from snip.train import checkpoint, distributed, rundir
 from snip.train import config as C
 from snip.train import writeback as wb
 from snip.train.batches import Batch, Batches, open_data
@@ -145,8 +145,8 @@ def evaluate(model: nn.Module, data: Batches, cfg: C.Config, device: torch.devic
 
 
 class StopFlag:
-    """Set by SIGINT (Ctrl-C): the loop saves a checkpoint at the end of the step and exits.
-    A second Ctrl-C interrupts at once."""
+    """Set by SIGINT (Ctrl-C) or SIGTERM (what torchrun and schedulers send): the loop saves a
+    checkpoint at the end of the step and exits. A second signal interrupts at once."""
 
     def __init__(self) -> None:
         self.set = False
@@ -154,7 +154,8 @@ class StopFlag:
 
     def __enter__(self) -> StopFlag:
         with contextlib.suppress(ValueError):  # not the main thread: leave signals alone
-            self._previous = signal.signal(signal.SIGINT, self._handle)
+            self._previous = {s: signal.signal(s, self._handle)
+                              for s in (signal.SIGINT, signal.SIGTERM)}
         return self
 
     def _handle(self, signum: int, frame: Any) -> None:
@@ -163,8 +164,8 @@ class StopFlag:
         self.set = True
 
     def __exit__(self, *exc: object) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+        for s, previous in (self._previous or {}).items():
+            signal.signal(s, previous)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -190,8 +191,10 @@ class Run:
     skipped: int = 0
 
     def save(self, step: int) -> Path | None:
-        """Checkpoint the current state as ``step`` steps completed (rank 0 writes)."""
+        """Checkpoint the current state as ``step`` steps completed (rank 0 writes; every rank
+        waits until it is on disk, so no rank exits while rank 0 is still saving)."""
         if not self.dist.is_main:
+            distributed.barrier(self.dist, "waiting for rank 0 to save a checkpoint")
             return None
         meta = {"skipped": self.skipped, "world_size": self.dist.world_size,
                 "model": dict(self.model.config.to_dict()), "tokenizer": self.data.tokenizer,
@@ -203,6 +206,7 @@ class Run:
             plan=self.plan.to_dict(), config_toml=C.to_toml(self.cfg), meta=meta,
             controller=state, writeback=writeback, keep=self.cfg.train.keep_checkpoints)
         self.log.log("checkpoint", step, path=str(path.relative_to(self.dir)))
+        distributed.barrier(self.dist, "waiting for rank 0 to save a checkpoint")
         return path
 
     def record_plan(self, step: int, previous: PrecisionPlan | None) -> float:
@@ -226,7 +230,7 @@ def setup(cfg: C.Config, resume: Path | None = None) -> Run:
     """Build data, model, plan, optimizer and controller; restore them from a checkpoint."""
     t = cfg.train
     device = pick_device(t.device)
-    dist = distributed.setup(device.type)
+    dist = distributed.setup(device.type, timeout=cfg.dist.timeout)
     if device.type == "cuda" and dist.enabled:
         device = torch.device("cuda", dist.local_rank)
     set_threads(t.threads or max(1, (os.cpu_count() or 2) // 2))
@@ -253,10 +257,13 @@ def setup(cfg: C.Config, resume: Path | None = None) -> Run:
     controller = make_controller(cfg.precision, run_dir / "sensitivity", dist.is_main,
                                  cfg.seed)
 
-    if dist.is_main:
-        _prepare_run_dir(run_dir, cfg, ckpt)
+    lock = rundir.lock(run_dir) if dist.is_main else None  # one writer per run directory
+    with rundir.released_on_error(lock):
+        if dist.is_main:
+            _prepare_run_dir(run_dir, cfg, ckpt)
     log = MetricsLog(run_dir / "metrics.jsonl" if dist.is_main else None,
-                     run_dir / "tensorboard" if cfg.log.tensorboard and dist.is_main else None)
+                     run_dir / "tensorboard" if cfg.log.tensorboard and dist.is_main else None,
+                     lock=lock)
     run = Run(cfg=cfg, dir=run_dir, dist=dist, device=device, data=data, model=model,
               optimizer=optimizer, plan=plan, controller=controller, log=log,
               writeback=writeback)
@@ -448,10 +455,13 @@ def _nonfinite(run: Run, step: int, loss: float, grad_norm: float) -> None:
     """Skip and count the step, or save the last good state and stop."""
     what = f"loss {loss}, gradient norm {grad_norm}"
     run.log.log("nonfinite", step + 1, loss=loss, grad_norm=grad_norm, skipped=run.skipped + 1)
-    if run.cfg.train.skip_nonfinite:
+    t = run.cfg.train
+    if t.skip_nonfinite and run.skipped < t.max_skips:
         return
     path = run.save(step)
     where = f"; the last good state (step {step}) is saved in {path}" if path else ""
+    hint = (f" (more than train.max_skips={t.max_skips} steps skipped)" if t.skip_nonfinite
+            else ", or pass --train.skip_nonfinite true to skip such steps")
     raise NonFiniteError(
-        f"non-finite {what} at step {step + 1}{where}. Lower train.lr, use a higher-precision "
-        "plan, or pass --train.skip_nonfinite true to skip such steps")
+        f"non-finite {what} at step {step + 1}{where}. Lower train.lr or use a higher-precision "
+        f"plan{hint}")
