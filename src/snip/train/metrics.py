@@ -118,6 +118,8 @@ def truncate_after(path: Path, step: int) -> None:
     """Drop events later than ``step``: a resumed run rewrites that part of its history.
 
     Atomic: the trimmed copy goes to a hidden file beside ``path`` and is renamed over it."""
+    for stale in path.parent.glob(f".{path.name}.tmp-*"):  # left by a killed rewrite
+        stale.unlink(missing_ok=True)
     if not path.is_file():
         return
     text = "".join(json.dumps(e) + "\n" for e in read_metrics(path) if _step(e) <= step)
