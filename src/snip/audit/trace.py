@@ -20,6 +20,7 @@ tile.  :meth:`ReferenceTrace.save` writes one ``.npz`` (arrays under ``key/name`
 from __future__ import annotations
 
 import json
+import zipfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -99,8 +100,13 @@ class ReferenceTrace:
         if not path.is_file():
             raise MissingFileError(f"trace file {str(path)!r} does not exist; record one with "
                                     f"`snip audit --steps N --trace-out FILE`")
-        with np.load(path) as z:
-            data = {k: z[k] for k in z.files}
+        try:
+            with np.load(path) as z:
+                data = {k: z[k] for k in z.files}
+        except (EOFError, OSError, ValueError, AttributeError, zipfile.BadZipFile) as e:
+            raise UserError(f"{str(path)!r} is not a snip reference trace ("
+                            f"{'empty file' if isinstance(e, EOFError) else type(e).__name__}); "
+                            "record one with `snip audit --steps N --trace-out FILE`") from None
         if "meta" not in data:
             raise UserError(f"{str(path)!r} is not a snip reference trace (no meta)")
         meta = json.loads(bytes(data.pop("meta")).decode())
