@@ -121,10 +121,12 @@ def float_format(
     name: str | None = None,
 ) -> ElementFormat:
     """Generic constructor for any ``ExMy`` float format (default bias ``2^(E-1) - 1``)."""
-    if ebits < 1 or mbits < 0 or ebits + mbits > 31:
+    if ebits < 1 or mbits < 0:
         raise UserError(f"invalid float format e{ebits}m{mbits}: need ebits >= 1, mbits >= 0")
     bias = 2 ** (ebits - 1) - 1 if bias is None else bias
-    return ElementFormat(
+    if ebits > 8 or mbits > 23:
+        raise _unsupported(f"e{ebits}m{mbits}")
+    fmt = ElementFormat(
         name=name or f"e{ebits}m{mbits}",
         kind=Kind.FLOAT,
         bits=1 + ebits + mbits,
@@ -133,6 +135,19 @@ def float_format(
         bias=bias,
         special=special,
     )
+    # Rounded values are held in float32 tensors: every value of the format must be a float32.
+    if fmt.max_normal > FLOAT32_MAX or fmt.emin - mbits < -149:
+        raise _unsupported(fmt.name)
+    return fmt
+
+
+FLOAT32_MAX = 3.4028234663852886e38
+
+
+def _unsupported(name: str) -> UserError:
+    return UserError(f"element format {name} is outside what snip emulates exactly: every value "
+                     "must be a float32, so ebits must be 1..7 and mbits 0..23 (e8 only with "
+                     "IEEE inf/NaN, as bf16 and fp32), e.g. e2m1, e4m3, e5m2, e3m4, e6m9")
 
 
 def int_format(bits: int, *, frac_bits: int = 0, name: str | None = None) -> ElementFormat:
