@@ -264,3 +264,21 @@ def test_a_hung_rank_ends_the_run_with_a_clear_error(tiny: dict) -> None:
     assert time.monotonic() - t0 < 60
     root = Path(tiny["run.dir"]) / "tiny" / "checkpoints"
     assert checkpoint.load(checkpoint.list_checkpoints(root)[-1]).step == 2
+
+
+def test_sigterm_saves_and_stops_like_ctrl_c(tiny: dict,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from snip.train.metrics import MetricsLog
+
+    real = MetricsLog.log
+
+    def log(self: MetricsLog, event: str, step: int, **values: object) -> None:
+        real(self, event, step, **values)
+        if event == "train" and step == 4:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(MetricsLog, "log", log)
+    result = train(from_sources(overrides=tiny))
+    assert result.interrupted and result.step == 4
+    root = Path(tiny["run.dir"]) / "tiny" / "checkpoints"
+    assert checkpoint.load(checkpoint.list_checkpoints(root)[-1]).step == 4
