@@ -16,7 +16,10 @@ fix: ``--train.lr must be a finite positive number, got 1e+39``.
 
 from __future__ import annotations
 
-__all__ = ["MissingFileError", "UserError"]
+import errno
+from pathlib import Path
+
+__all__ = ["MissingFileError", "UserError", "disk_error"]
 
 
 class UserError(ValueError):
@@ -25,3 +28,11 @@ class UserError(ValueError):
 
 class MissingFileError(UserError, FileNotFoundError):
     """A file or directory the user named does not exist (also a ``FileNotFoundError``)."""
+
+
+def disk_error(e: OSError, path: Path, needed: int) -> Exception:
+    """A full disk (or quota) as a one-line `UserError` naming the file; other errors as is."""
+    if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+        return e
+    return UserError(f"no space left on device writing {path} (needed about {needed:,} bytes);"
+                     " free some space and continue with --resume")

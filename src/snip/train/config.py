@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from snip.errors import MissingFileError, UserError
+from snip.errors import MissingFileError, UserError, disk_error
 from snip.optim import Policy, WritebackConfig
 
 # The fixed plan used when no planner is installed (and the starting plan of adaptive runs).
@@ -458,7 +458,11 @@ def to_dict(config: Config) -> dict[str, Any]:
 
 
 def write_toml(config: Config, path: str | Path) -> None:
-    Path(path).write_text(to_toml(config))
+    text = to_toml(config)
+    try:
+        Path(path).write_text(text)
+    except OSError as e:
+        raise disk_error(e, Path(path), len(text)) from None
 
 
 def load(path: str | Path) -> Config:

@@ -268,7 +268,8 @@ def setup(cfg: C.Config, resume: Path | None = None) -> Run:
               optimizer=optimizer, plan=plan, controller=controller, log=log,
               writeback=writeback)
     if ckpt is not None:
-        _restore(run, ckpt)
+        with rundir.released_on_error(lock):
+            _restore(run, ckpt)
     return run
 
 

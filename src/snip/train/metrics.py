@@ -27,7 +27,6 @@ error naming the file.
 
 from __future__ import annotations
 
-import errno
 import json
 import math
 import os
@@ -36,7 +35,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from snip.errors import UserError
+from snip.errors import UserError, disk_error
 
 
 def _clean(value: Any) -> Any:
@@ -75,14 +74,6 @@ class MetricsLog:
             self._tb.close()
         if self.lock is not None:
             self.lock.release()
-
-
-def disk_error(e: OSError, path: Path, needed: int) -> OSError | UserError:
-    """A full disk (or quota) as a one-line user error naming the file; other errors as is."""
-    if e.errno not in (errno.ENOSPC, errno.EDQUOT):
-        return e
-    return UserError(f"no space left on device writing {path} (needed about {needed:,} bytes);"
-                     " free some space and continue with --resume")
 
 
 def _tensorboard(log_dir: Path) -> Any:

@@ -56,6 +56,9 @@ class RunLock:
             os.close(self._fd)  # closing the file drops the flock
             self._fd = None
 
+    def __del__(self) -> None:  # a run that failed half-way must not keep its directory locked
+        self.release()
+
     @property
     def held(self) -> bool:
         return self._fd is not None
