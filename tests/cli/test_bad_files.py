@@ -44,3 +44,17 @@ def test_report_skips_foreign_lines_among_events(tmp_path: Path) -> None:
     (run / "metrics.jsonl").write_text('{"event": "train", "step": 1, "loss": 2.0}\n[1]\n'
                                        '{"event": "train", "step": 2, "loss": 1.5}\n')
     assert [e["step"] for e in load_run(run).events] == [1, 2]
+
+
+@pytest.mark.parametrize("content", ["[1, 2]", '"text"', "3"])
+def test_json_inputs_that_are_not_objects(content: str, tmp_path: Path) -> None:
+    from snip.data.tokenizer import load_tokenizer
+    from snip.errors import UserError
+    from snip.optim.mask import TileMask
+    from snip.sensitivity.table import SensitivityTable
+
+    f = tmp_path / "x.json"
+    f.write_text(content)
+    for load in (TileMask.load, load_tokenizer, SensitivityTable.from_json):
+        with pytest.raises(UserError, match="must hold a JSON object"):
+            load(f)

@@ -162,4 +162,6 @@ def load_tokenizer(spec: str | Path | dict[str, Any] | Tokenizer = "byte") -> To
         d = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as e:
         raise UserError(f"cannot read tokenizer JSON {path}: {e}") from e
+    if not isinstance(d, dict):
+        raise UserError(f"tokenizer file {path} must hold a JSON object, not {type(d).__name__}")
     return tokenizer_from_dict(d)

@@ -180,6 +180,9 @@ class TileMask:
             data = json.loads(path.read_text())
         except json.JSONDecodeError as e:
             raise UserError(f"mask file {str(path)!r} is not valid JSON: {e}") from None
+        if not isinstance(data, dict):
+            raise UserError(f"mask file {str(path)!r} must hold a JSON object, not "
+                            f"{type(data).__name__}")
         return cls.from_dict(data, source=f"mask file {str(path)!r}")
 
 

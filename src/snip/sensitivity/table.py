@@ -172,9 +172,12 @@ class SensitivityTable:
         if not path.is_file():
             raise MissingFileError(f"sensitivity table not found: {path}")
         try:
-            return cls.from_dict(json.loads(path.read_text()))
+            data = json.loads(path.read_text())
         except json.JSONDecodeError as e:
             raise UserError(f"{path} is not valid JSON: {e}") from None
+        if not isinstance(data, dict):
+            raise UserError(f"{path} must hold a JSON object, not {type(data).__name__}")
+        return cls.from_dict(data)
 
 
 def _finite_or_none(x: float) -> float | None:
