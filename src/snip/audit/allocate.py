@@ -33,7 +33,7 @@ def budget(fraction: float, eligible: int) -> int:
     """Protected coordinates for ``fraction`` of ``eligible`` (round half to even)."""
     if not 0.0 <= fraction <= 1.0:
         raise UserError(f"mask budget fraction must lie in [0, 1], got {fraction!r} "
-                         f"(use 0.1 for 10 %)")
+                        f"(use 0.1 for 10 %)")
     return round(fraction * eligible)
 
 
@@ -48,7 +48,7 @@ def mask_from_scores(scores: Mapping[str, Sequence[float]], shapes: Mapping[str,
         s = np.asarray(scores[n], dtype=np.float64)
         if s.shape != (len(lengths[n]),):
             raise UserError(f"scores for {n!r} have shape {s.shape}, expected "
-                             f"({len(lengths[n])},) tiles of {tile_size}")
+                            f"({len(lengths[n])},) tiles of {tile_size}")
         rows += [(s[i], pos, i) for i in range(len(s))]
     order = sorted(rows, key=lambda r: (-r[0], r[1], r[2]))
     left = budget(fraction, sum(math.prod(s) for s in shapes.values()))

@@ -83,7 +83,7 @@ def check_on_grid(q: torch.Tensor, element: ElementFormat | str) -> None:
     if not bool(on.all()):
         bad = float(q.flatten()[(~on).flatten().nonzero()[0, 0]])
         raise UserError(f"q must hold values on the {get_element(element).name} grid (found "
-                         f"{bad!r}); pass snip.cast(w, element) as q")
+                        f"{bad!r}); pass snip.cast(w, element) as q")
 
 
 def _even(a: torch.Tensor, gap: torch.Tensor) -> torch.Tensor:

@@ -65,7 +65,7 @@ class ReferenceTrace:
         """Projected frozen fraction over time, one tensor or numel-weighted over all."""
         if fmt not in self.frozen:
             raise UserError(f"trace has no projection for format {fmt!r}; it recorded "
-                             f"{self.formats}. Re-record with --formats {fmt}")
+                            f"{self.formats}. Re-record with --formats {fmt}")
         if name is not None:
             return self.frozen[fmt][name]
         w = np.array([np.prod(self.shapes[n]) for n in self.names], dtype=np.float64)
@@ -99,7 +99,7 @@ class ReferenceTrace:
         path = Path(path)
         if not path.is_file():
             raise MissingFileError(f"trace file {str(path)!r} does not exist; record one with "
-                                    f"`snip audit --steps N --trace-out FILE`")
+                                   f"`snip audit --steps N --trace-out FILE`")
         try:
             with np.load(path) as z:
                 data = {k: z[k] for k in z.files}
@@ -112,7 +112,7 @@ class ReferenceTrace:
         meta = json.loads(bytes(data.pop("meta")).decode())
         if meta.get("kind") != "snip.reference_trace" or meta.get("version") != TRACE_VERSION:
             raise UserError(f"{str(path)!r}: unsupported trace kind/version "
-                             f"{meta.get('kind')!r}/{meta.get('version')!r}")
+                            f"{meta.get('kind')!r}/{meta.get('version')!r}")
         tables: dict[str, dict] = {"frozen": {}, "tile_frozen": {}, "freeze_score": {}}
         norms, score = {}, {}
         for key, a in data.items():

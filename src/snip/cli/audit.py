@@ -80,7 +80,7 @@ def _run(cfg: dict, ds, *, fmt: str | None = None, policy: str = "rne",
     model = build_model(cfg["model"])
     if cfg["seq_len"] > model.config.max_seq_len:
         raise UserError(f"--seq-len {cfg['seq_len']} exceeds the {cfg['model']} model's "
-                         f"max_seq_len {model.config.max_seq_len}")
+                        f"max_seq_len {model.config.max_seq_len}")
     t = _train_section(cfg)
     opt = make_optimizer(model, t)
     named = eligible_parameters(model)

@@ -49,18 +49,18 @@ def _checkpoint_dir(path: Path) -> Path:
 
     if not path.exists():
         raise MissingFileError(f"--checkpoint {path} does not exist; pass a run directory "
-                                f"(runs/NAME) or one of its checkpoints/step_<N> directories")
+                               f"(runs/NAME) or one of its checkpoints/step_<N> directories")
     found = path if (path / "meta.json").is_file() else None
     if found is None:
         ckpts = checkpoint.list_checkpoints(path / "checkpoints")
         if not ckpts:
             raise MissingFileError(f"--checkpoint {path} has no checkpoints (expected "
-                                    f"{path / 'checkpoints'}/step_<N>)")
+                                   f"{path / 'checkpoints'}/step_<N>)")
         found = ckpts[-1]
     if not (found / "optimizer.pt").is_file():
         raise UserError(f"checkpoint {found} has no optimizer state (optimizer.pt is missing): "
-                         f"the weight divergence needs the AdamW moments; plan from a checkpoint "
-                         f"written by `snip train`, which saves them")
+                        f"the weight divergence needs the AdamW moments; plan from a checkpoint "
+                        f"written by `snip train`, which saves them")
     return found
 
 
@@ -74,7 +74,7 @@ def _load(path: Path):
     ckpt = checkpoint.load(path)
     if not ckpt.optimizer.get("state"):
         raise UserError(f"checkpoint {path} has an empty optimizer state (no AdamW moments; "
-                         f"saved before the first step?); plan from a later checkpoint")
+                        f"saved before the first step?); plan from a later checkpoint")
     cfg = C.load(path / "config.toml")
     data = open_data(cfg.data, cfg.seed)
     model = build_model(ModelConfig(**ckpt.meta["model"]))

@@ -86,7 +86,7 @@ def _check_names(model: nn.Module, names: Mapping[str, object] | list[str], *,
         what = "linear" if allow_linear else "QLinear"
         sample = ", ".join(sorted(known)[:8]) + (", ..." if len(known) > 8 else "")
         raise UserError(f"no {what} layer named {', '.join(map(repr, unknown))} in the model; "
-                         f"known {what} layers: {sample or '(none)'}")
+                        f"known {what} layers: {sample or '(none)'}")
 
 
 def _eligible(name: str, module: nn.Module, skip_names: tuple[str, ...],

@@ -46,7 +46,7 @@ def eligible_parameters(model: nn.Module, include: str | None = None,
             out.append((name, p))
     if not out:
         raise UserError(f"no eligible parameters in {type(model).__name__} (include={include!r}, "
-                         f"exclude={exclude!r}); widen --writeback.include")
+                        f"exclude={exclude!r}); widen --writeback.include")
     return out
 
 
@@ -84,10 +84,10 @@ class WritebackConfig:
             raise UserError(f"writeback.tile_size must be > 0, got {self.tile_size!r}")
         if pol is Policy.SELECTIVE_MASTER and self.mask is None:
             raise UserError("writeback.policy 'selective_master' needs writeback.mask FILE (the "
-                             "required tile mask, built with `snip audit --mask-out FILE`)")
+                            "required tile mask, built with `snip audit --mask-out FILE`)")
         if self.mask is not None and pol is not Policy.SELECTIVE_MASTER:
             raise UserError(f"writeback.mask only applies to writeback.policy "
-                             f"'selective_master', not {self.policy!r}")
+                            f"'selective_master', not {self.policy!r}")
         if self.record_every < 0:
             raise UserError(f"writeback.record_every must be >= 0, got {self.record_every}")
         for rx in (self.include, self.exclude):
@@ -108,7 +108,7 @@ def build(model: nn.Module, optimizer: torch.optim.Optimizer,
     mask = TileMask.load(Path(config.mask)) if config.mask else None
     if mask is not None and mask.tile_size != config.tile_size:
         raise UserError(f"mask {config.mask!r} uses tile_size {mask.tile_size}, config says "
-                         f"{config.tile_size}; pass --writeback.tile_size {mask.tile_size}")
+                        f"{config.tile_size}; pass --writeback.tile_size {mask.tile_size}")
     return WritebackOptimizer(optimizer, params, element=config.format, policy=config.policy,
                               mask=mask, seed=config.seed, state_format=config.state_format,
                               tile_size=config.tile_size, record_every=config.record_every,

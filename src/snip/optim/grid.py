@@ -50,7 +50,7 @@ class StorageGrid:
             spec = get_spec(self.spec)
             if spec.element != self.element:
                 raise UserError(f"storage grid: element {self.element.name!r} differs from spec "
-                                 f"{spec.name!r} element {spec.element.name!r}; pass one of them")
+                                f"{spec.name!r} element {spec.element.name!r}; pass one of them")
             object.__setattr__(self, "spec", spec)
 
     @classmethod
@@ -78,7 +78,7 @@ class StorageGrid:
                 return cls(element=spec.element, spec=spec)
             valid = ", ".join(PRESETS)
             raise UserError(f"unknown storage format {name!r}: use an element name (e4m3, "
-                             f"e5m2, e2m1, bf16, any 'eXmY') or a preset ({valid})") from None
+                            f"e5m2, e2m1, bf16, any 'eXmY') or a preset ({valid})") from None
 
     @property
     def is_identity(self) -> bool:

@@ -94,7 +94,7 @@ class TileMask:
             for i, c in clean:
                 if not 0 <= i < len(lengths) or not 0 < c <= lengths[i]:
                     raise UserError(f"mask tile ({i}, {c}) out of range for {name!r} with "
-                                     f"{len(lengths)} tiles of {self.tile_size}")
+                                    f"{len(lengths)} tiles of {self.tile_size}")
             tiles[name] = clean
         object.__setattr__(self, "tiles", tiles)
 
@@ -113,7 +113,7 @@ class TileMask:
         """Flat (row-major) coordinate indices protected in parameter ``name`` (int64, sorted)."""
         if name not in self.shapes:
             raise UserError(f"parameter {name!r} is not in this mask; mask parameters: "
-                             f"{', '.join(self.shapes)}")
+                            f"{', '.join(self.shapes)}")
         parts = [torch.arange(i * self.tile_size, i * self.tile_size + c, dtype=torch.int64)
                  for i, c in self.tiles.get(name, ())]
         return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.int64)
@@ -143,7 +143,7 @@ class TileMask:
             parts.append(f"shape mismatch for {n!r}: mask {list(self.shapes[n])} vs model "
                          f"{list(want[n])}")
         raise UserError(f"{source} was made for a different model ({'; '.join(parts)}); "
-                         f"rebuild it from a reference trace of this model (snip audit --mask-out)")
+                        f"rebuild it from a reference trace of this model (snip audit --mask-out)")
 
     # ---- file round trip -----------------------------------------------------------------
     def to_dict(self) -> dict:
@@ -157,7 +157,7 @@ class TileMask:
     def from_dict(cls, d: Mapping, source: str = "mask") -> TileMask:
         if d.get("kind") != "snip.tile_mask" or d.get("version") != MASK_VERSION:
             raise UserError(f"{source}: not a snip tile mask version {MASK_VERSION} "
-                             f"(kind={d.get('kind')!r}, version={d.get('version')!r})")
+                            f"(kind={d.get('kind')!r}, version={d.get('version')!r})")
         params = d["params"]
         return cls(tile_size=int(d["tile_size"]), fraction=float(d.get("fraction", 0.0)),
                    method=str(d.get("method", "")), meta=dict(d.get("meta", {})),
@@ -175,7 +175,7 @@ class TileMask:
         path = Path(path)
         if not path.is_file():
             raise MissingFileError(f"mask file {str(path)!r} does not exist; build one with "
-                                    f"`snip audit --mask-out FILE`")
+                                   f"`snip audit --mask-out FILE`")
         try:
             data = json.loads(path.read_text())
         except json.JSONDecodeError as e:

@@ -130,7 +130,7 @@ class SelectiveMasterPolicy(WritebackPolicy):
     def __init__(self, mask: TileMask) -> None:
         if not isinstance(mask, TileMask):
             raise UserError("selective_master needs a TileMask (load one with TileMask.load or "
-                             "build one with snip.audit.allocate)")
+                            "build one with snip.audit.allocate)")
         self.mask = mask
 
     def setup(self, slot: Slot, grid: StorageGrid) -> None:
@@ -166,8 +166,8 @@ def _adam_state(ctx: StepContext, p: torch.Tensor) -> _AdamState:
     st = ctx.optimizer.state.get(p, {})
     if "exp_avg" not in st or "exp_avg_sq" not in st:
         raise UserError(f"eco needs an Adam/AdamW optimizer (state exp_avg, exp_avg_sq); got "
-                         f"{type(ctx.optimizer).__name__}. Use torch.optim.AdamW or policy "
-                         f"'stochastic'")
+                        f"{type(ctx.optimizer).__name__}. Use torch.optim.AdamW or policy "
+                        f"'stochastic'")
     b1, b2 = ctx.group["betas"]
     return _AdamState(m=st["exp_avg"], v=st["exp_avg_sq"], t=float(st["step"]),
                       lr=float(ctx.group["lr"]), beta1=float(b1), beta2=float(b2),
@@ -205,7 +205,7 @@ def make_policy(policy: Policy | str | WritebackPolicy, mask: TileMask | None = 
     if p is Policy.SELECTIVE_MASTER:
         if mask is None:
             raise UserError("policy 'selective_master' needs a mask: pass mask=TileMask or "
-                             "--writeback.mask FILE")
+                            "--writeback.mask FILE")
         return SelectiveMasterPolicy(mask)
     if mask is not None:
         raise UserError(f"a mask only applies to policy 'selective_master', not {p.value!r}")

@@ -53,7 +53,7 @@ class StateFormat:
             grid = StorageGrid.parse(self.name)
         except ValueError:
             raise UserError(f"unknown optimizer state format {self.name!r}: use an element "
-                             f"(bf16, fp16) or a preset ({', '.join(PRESETS)})") from None
+                            f"(bf16, fp16) or a preset ({', '.join(PRESETS)})") from None
         object.__setattr__(self, "grid", grid)
 
     @property
@@ -72,7 +72,7 @@ def _named(params: Iterable) -> list[tuple[str, torch.Tensor]]:
             raise UserError(f"parameter {name!r} must be a floating-point tensor")
         if p.dtype != torch.float32:
             raise UserError(f"parameter {name!r} has dtype {p.dtype}; write-back needs fp32 "
-                             f"carriers (the grid is simulated in fp32)")
+                            f"carriers (the grid is simulated in fp32)")
         out.append((str(name), p))
     names = [n for n, _ in out]
     if len(set(names)) != len(names):
@@ -124,7 +124,7 @@ class WritebackOptimizer:
         for n, p in named:
             if id(p) not in groups:
                 raise UserError(f"parameter {n!r} is not in the wrapped optimizer's param_groups; "
-                                 f"build the optimizer over the model's parameters first")
+                                f"build the optimizer over the model's parameters first")
         return groups
 
     # ---- passthrough ---------------------------------------------------------------------
@@ -218,15 +218,15 @@ class WritebackOptimizer:
         wb = state["writeback"]
         if wb.get("version") != STATE_VERSION:
             raise UserError(f"write-back state version {wb.get('version')!r} is not "
-                             f"{STATE_VERSION}; it was written by another snip version")
+                            f"{STATE_VERSION}; it was written by another snip version")
         if wb["policy"] != self.policy.policy.value or wb["grid"] != self.grid.name:
             raise UserError(f"checkpoint was written with policy {wb['policy']!r} on grid "
-                             f"{wb['grid']!r}, but this optimizer uses {self.policy.policy.value!r}"
-                             f" on {self.grid.name!r}; rebuild it with the checkpoint's settings")
+                            f"{wb['grid']!r}, but this optimizer uses {self.policy.policy.value!r}"
+                            f" on {self.grid.name!r}; rebuild it with the checkpoint's settings")
         names = {s.name for s in self.slots}
         if set(wb["slots"]) != names:
             raise UserError(f"checkpoint manages parameters {sorted(wb['slots'])[:5]}..., this "
-                             f"optimizer {sorted(names)[:5]}...; the models differ")
+                            f"optimizer {sorted(names)[:5]}...; the models differ")
         self.optimizer.load_state_dict(state["optimizer"])
         self.step_count = int(wb["step"])
         self.generator.set_state(wb["generator"])

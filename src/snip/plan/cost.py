@@ -80,7 +80,7 @@ def _shapes(model: nn.Module, names: Iterable[str]) -> dict[str, tuple[int, int]
     missing = [n for n in names if n not in linears]
     if missing:
         raise UserError(f"{missing[0]!r} is not a linear layer of this model "
-                         f"({len(missing)} such name(s)); resolve the plan against this model")
+                        f"({len(missing)} such name(s)); resolve the plan against this model")
     return {n: (linears[n].in_features, linears[n].out_features) for n in names}
 
 

@@ -75,11 +75,11 @@ def _preset_name(spec: QuantSpec | str, entry: str, gemm: str) -> str:
     if isinstance(spec, QuantSpec):
         if PRESETS.get(spec.name) != spec:
             raise UserError(f"plan entry '{entry}', {gemm}: spec {spec.name!r} is not a preset; "
-                             f"plans store preset names ({', '.join(PRESETS)})")
+                            f"plans store preset names ({', '.join(PRESETS)})")
         return spec.name
     if not isinstance(spec, str) or spec.lower() not in PRESETS:
         raise UserError(f"plan entry '{entry}', {gemm}: unknown preset {spec!r}; valid presets: "
-                         f"{', '.join(PRESETS)}")
+                        f"{', '.join(PRESETS)}")
     return get_spec(spec).name
 
 
@@ -95,15 +95,15 @@ def _entry_names(value: EntryLike, entry: str, *, strict: bool = True) -> Names:
         value = dict.fromkeys(GEMM_NAMES, value)
     if not isinstance(value, Mapping):
         raise UserError(f"plan entry '{entry}' must be an object with keys "
-                         f"{', '.join(GEMM_NAMES)}; got {value!r}")
+                        f"{', '.join(GEMM_NAMES)}; got {value!r}")
     unknown = [k for k in value if k not in GEMM_NAMES]
     if unknown:
         raise UserError(f"plan entry '{entry}' has unknown key {unknown[0]!r}; "
-                         f"expected exactly {', '.join(GEMM_NAMES)}")
+                        f"expected exactly {', '.join(GEMM_NAMES)}")
     missing = [g for g in GEMM_NAMES if g not in value]
     if missing:
         raise UserError(f"plan entry '{entry}' is missing GEMM key {missing[0]!r}; every entry "
-                         f"needs {', '.join(GEMM_NAMES)}")
+                        f"needs {', '.join(GEMM_NAMES)}")
     return {g: _preset_name(value[g], entry, g) for g in GEMM_NAMES}
 
 
@@ -182,14 +182,14 @@ class PrecisionPlan:
         version = data.get("version")
         if type(version) is not int or version != PLAN_VERSION:
             raise UserError(f"unsupported plan version {version!r}; this snip reads "
-                             f'"version": {PLAN_VERSION}')
+                            f'"version": {PLAN_VERSION}')
         unknown = [k for k in data if k not in ("version", "default", "layers", "meta")]
         if unknown:
             raise UserError(f"unknown plan key {unknown[0]!r}; valid keys: version, default, "
-                             f"layers, meta")
+                            f"layers, meta")
         if DEFAULT_KEY not in data:
             raise UserError('plan has no "default" entry; add e.g. {"fprop": "bf16", '
-                             '"dgrad": "bf16", "wgrad": "bf16"}')
+                            '"dgrad": "bf16", "wgrad": "bf16"}')
         layers = data.get("layers", {})
         if not isinstance(layers, Mapping):
             raise UserError(f"plan layers must be an object, got {type(layers).__name__}")
@@ -267,7 +267,7 @@ class PrecisionPlan:
         converted = qlinear_layers(model)
         if not converted:
             raise UserError("model has no converted (QLinear) layers; call "
-                             "snip.convert(model, plan) first, then plan.apply(model) to switch")
+                            "snip.convert(model, plan) first, then plan.apply(model) to switch")
         table = self.resolve(model)
         applied = {}
         for name, module in converted:
@@ -314,7 +314,7 @@ def _loads(text: str, what: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise UserError(f"{what} is not valid JSON: line {e.lineno}, column {e.colno}: "
-                         f"{e.msg}") from None
+                        f"{e.msg}") from None
 
 
 def _candidate_names(model: nn.Module | None, linear_names: Iterable[str] | None) -> list[str]:

@@ -60,7 +60,7 @@ class ThroughputProfile:
             speeds[_parse_key(key, self.name)] = _parse_speed(key, value, self.name)
         if speeds[16] != 1.0:
             raise UserError(f"profile {self.name!r}: speeds are relative to bf16, so 16-bit "
-                             f"must be 1.0 (got {speeds[16]}); divide every entry by it")
+                            f"must be 1.0 (got {speeds[16]}); divide every entry by it")
         object.__setattr__(self, "relative_speed", speeds)
 
     def speed(self, spec: QuantSpec | str) -> float:
@@ -71,9 +71,9 @@ class ThroughputProfile:
                 return self.relative_speed[key]
         keys = ", ".join(str(k) for k in self.relative_speed)
         raise UserError(f"profile {self.name!r} has no speed for {spec.name!r} (element "
-                         f"{spec.element.name}, {spec.bits} bits); add one of these keys: "
-                         f"{spec.name!r}, {spec.element.name!r} or {spec.bits}.  "
-                         f"Known keys: {keys}")
+                        f"{spec.element.name}, {spec.bits} bits); add one of these keys: "
+                        f"{spec.name!r}, {spec.element.name!r} or {spec.bits}.  "
+                        f"Known keys: {keys}")
 
     def to_dict(self) -> dict:
         speeds = {str(k): v for k, v in self.relative_speed.items()}
@@ -84,7 +84,7 @@ class ThroughputProfile:
         unknown = set(data) - {"name", "relative_speed", "source"}
         if unknown or "relative_speed" not in data:
             raise UserError(f"a profile needs keys name, relative_speed (and optional source); "
-                             f"got {sorted(data)}")
+                            f"got {sorted(data)}")
         return cls(name=data.get("name", "custom"), relative_speed=data["relative_speed"],
                    source=data.get("source", ""))
 
@@ -97,7 +97,7 @@ class ThroughputProfile:
             return cls.from_dict(json.loads(path.read_text()))
         except json.JSONDecodeError as e:
             raise UserError(f"profile file {path} is not valid JSON: line {e.lineno}, "
-                             f"column {e.colno}: {e.msg}") from None
+                            f"column {e.colno}: {e.msg}") from None
 
 
 def _parse_key(key: object, profile: str) -> SpeedKey:
@@ -108,14 +108,14 @@ def _parse_key(key: object, profile: str) -> SpeedKey:
     if isinstance(key, str) and key:
         return key.lower()
     raise UserError(f"profile {profile!r}: key {key!r} must be a bit width, an element name or "
-                     f"a preset name")
+                    f"a preset name")
 
 
 def _parse_speed(key: object, value: object, profile: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not (
             math.isfinite(value) and value > 0):
         raise UserError(f"profile {profile!r}: speed for {key!r} must be a positive number, "
-                         f"got {value!r}")
+                        f"got {value!r}")
     return float(value)
 
 
@@ -154,4 +154,4 @@ def get_profile(profile: ThroughputProfile | str | Path | Mapping) -> Throughput
     if isinstance(profile, Path) or (isinstance(profile, str) and profile.endswith(".json")):
         return ThroughputProfile.from_json(profile)
     raise UserError(f"unknown throughput profile {profile!r}; valid: {', '.join(PROFILES)}, "
-                     f"a dict, or a path to a .json file")
+                    f"a dict, or a path to a .json file")

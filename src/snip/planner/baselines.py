@@ -52,7 +52,7 @@ class Method(enum.Enum):
             return cls(value)
         except ValueError:
             raise UserError(f"unknown planning method {value!r}; valid methods: "
-                             f"{', '.join(m.value for m in cls)}") from None
+                            f"{', '.join(m.value for m in cls)}") from None
 
 
 # Order in which layer types go to FP4 (earlier = less sensitive by folklore).
@@ -108,7 +108,7 @@ def order_min_rel_err(problem: Problem, table: SensitivityTable) -> list[int]:
         errs = table.layers[name].rel_err.get(low)
         if not errs:
             raise UserError(f"layer {name!r} has no relative quantization error for {low!r} in "
-                             f"the sensitivity table; min_rel_err needs the statistics pass")
+                            f"the sensitivity table; min_rel_err needs the statistics pass")
         scores.append(sum(errs[op] for g in gemms for op in _OPERANDS[g]))
     return sorted(range(len(scores)), key=lambda u: (scores[u], u))
 

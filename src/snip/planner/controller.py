@@ -82,12 +82,12 @@ class Controller:
     def __post_init__(self) -> None:
         if isinstance(self.every, bool) or not isinstance(self.every, int) or self.every < 1:
             raise UserError(f"precision.every={self.every!r} must be an integer >= 1 (re-plan "
-                             f"every N steps)")
+                            f"every N steps)")
         if self.warmup is None:
             self.warmup = self.every
         if not isinstance(self.warmup, int) or self.warmup < 1:
             raise UserError(f"warmup={self.warmup!r} must be an integer >= 1 (plans need one "
-                             f"optimizer step of AdamW state)")
+                            f"optimizer step of AdamW state)")
         self.budget = Budget.of(self.budget)
         self.method = Method.parse(self.method)
         self.stats = SensitivityConfig(candidates=tuple(self.candidates),

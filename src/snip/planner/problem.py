@@ -44,7 +44,7 @@ class Budget:
     def __post_init__(self) -> None:
         if self.fp4_fraction is None and self.relative_time is None:
             raise UserError("a budget needs fp4_fraction (e.g. 0.75) or relative_time "
-                             "(e.g. 0.5 of all-BF16 GEMM time)")
+                            "(e.g. 0.5 of all-BF16 GEMM time)")
         for name in ("fp4_fraction", "relative_time"):
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)
@@ -139,12 +139,12 @@ def check_candidates(table: SensitivityTable, candidates: Sequence[str] | None,
     missing = [c for c in cands if c not in table.candidates]
     if missing:
         raise UserError(f"candidate {missing[0]!r} was not measured in the sensitivity table "
-                         f"(measured: {', '.join(table.candidates)}); re-run the statistics "
-                         f"with it or drop it from candidates")
+                        f"(measured: {', '.join(table.candidates)}); re-run the statistics "
+                        f"with it or drop it from candidates")
     if budget.fp4_fraction and not any(is_fp4(c) for c in cands):
         raise UserError(f"an FP4-FLOP budget of {budget.fp4_fraction} needs a 4-bit candidate, "
-                         f"but candidates are {', '.join(cands)}; add e.g. 'fp4_e2m1_tile128' "
-                         f"or 'nvfp4'")
+                        f"but candidates are {', '.join(cands)}; add e.g. 'fp4_e2m1_tile128' "
+                        f"or 'nvfp4'")
     return cands
 
 
@@ -162,12 +162,12 @@ def _stage_index(names: Sequence[str], stages: tuple[tuple[str, ...], ...] | Non
         for n in members:
             if n in where:
                 raise UserError(f"layer {n!r} is in pipeline stages {where[n]} and {k}; "
-                                 f"each layer belongs to exactly one stage")
+                                f"each layer belongs to exactly one stage")
             where[n] = k
     missing = [n for n in names if n not in where]
     if missing:
         raise UserError(f"layer {missing[0]!r} is in no pipeline stage ({len(missing)} such "
-                         f"layers); every table layer must be listed in budget.stages")
+                        f"layers); every table layer must be listed in budget.stages")
     unknown = [n for n in where if n not in set(names)]
     if unknown:
         raise UserError(f"pipeline stage lists {unknown[0]!r}, which is not in the table")
@@ -212,7 +212,7 @@ def build_problem(table: SensitivityTable, budget: Budget | float, *,
     cost = np.array(rows_cost, dtype=float)
     if not np.all(np.isfinite(cost)):
         raise UserError("the sensitivity table has non-finite divergences; re-run statistics "
-                         "(a NaN/inf usually means the high-precision step itself diverged)")
+                        "(a NaN/inf usually means the high-precision step itself diverged)")
     return Problem(units=tuple(groups), candidates=cands, cost=cost, flops=flops,
                    fp4=flops[:, None] * fp4_mask[None, :], time=flops[:, None] / speed[None, :],
                    mem=np.array(rows_mem), stage=np.array([stage_of[n] for n in names]),

@@ -89,10 +89,10 @@ class SensitivityConfig:
         if isinstance(self.noise_groups, bool) or not isinstance(self.noise_groups, int) \
                 or self.noise_groups < 1:
             raise UserError(f"noise_groups={self.noise_groups!r} must be a positive int (forward "
-                             "noise passes per micro-batch; more passes = fewer cross terms)")
+                            "noise passes per micro-batch; more passes = fewer cross terms)")
         if not 0 < self.noise_scale < 1:
             raise UserError(f"noise_scale={self.noise_scale!r} must be in (0, 1); "
-                             "0.05 (5% of each operand's RMS) is a good default")
+                            "0.05 (5% of each operand's RMS) is a good default")
 
 
 class _Sums:

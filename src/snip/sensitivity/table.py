@@ -86,7 +86,7 @@ class LayerEntry:
             return self.metrics[g][candidate]
         except KeyError:
             raise UserError(f"sensitivity table has no {g} metric for candidate {candidate!r}; "
-                             f"measured candidates: {sorted(self.metrics.get(g, {}))}") from None
+                            f"measured candidates: {sorted(self.metrics.get(g, {}))}") from None
 
     @property
     def params(self) -> int:
@@ -108,7 +108,7 @@ class LayerEntry:
                        rel_err=dict(d.get("rel_err", {})), stats=dict(d.get("stats", {})))
         except (KeyError, TypeError) as e:
             raise UserError(f"sensitivity table layer {name!r} is malformed (missing {e}); "
-                             f"regenerate it with this version of snip") from None
+                            f"regenerate it with this version of snip") from None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -158,7 +158,7 @@ class SensitivityTable:
     def from_dict(cls, d: Mapping) -> SensitivityTable:
         if d.get("version") != TABLE_VERSION:
             raise UserError(f"unsupported sensitivity table version {d.get('version')!r}; "
-                             f"this snip reads version {TABLE_VERSION}")
+                            f"this snip reads version {TABLE_VERSION}")
         loss = d.get("loss")
         return cls(candidates=tuple(d["candidates"]), tokens=int(d.get("tokens", 1)),
                    loss=float("nan") if loss is None else float(loss), step=d.get("step"),

@@ -47,7 +47,7 @@ def open_data(cfg: DataSection, seed: int) -> Batches:
                       seed=seed, allow_binary=cfg.allow_binary, vocab_size=cfg.vocab_size or None)
     if len(ds.train) == 0 or len(ds.val) == 0:
         raise UserError(f"data.path {cfg.path or '(embedded corpus)'!r} gives an empty train or "
-                         "validation split (empty corpus?); add text or lower data.val_fraction")
+                        "validation split (empty corpus?); add text or lower data.val_fraction")
     return Batches(dataset=ds, vocab_size=ds.vocab_size, tokenizer=_tokenizer_id(ds))
 
 

@@ -319,7 +319,7 @@ def find(path: Path) -> Path:
     found = list_checkpoints(path / "checkpoints")
     if not found:
         raise MissingFileError(f"--resume: {path} has no checkpoints (expected "
-                                f"{path / 'checkpoints'}/{PREFIX}<N>)")
+                               f"{path / 'checkpoints'}/{PREFIX}<N>)")
     return found[-1]
 
 

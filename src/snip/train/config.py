@@ -77,7 +77,7 @@ class ModelSection:
             close = difflib.get_close_matches(self.name, list_configs(), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise UserError(f"model.name: unknown model {self.name!r}{hint} "
-                             f"(valid: {', '.join(list_configs())})")
+                            f"(valid: {', '.join(list_configs())})")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -138,7 +138,7 @@ class TrainSection:
                 raise UserError(f"train.{name} must be in [0, 1), got {getattr(self, name)}")
         if self.batch_size % self.grad_accum:
             raise UserError(f"train.batch_size={self.batch_size} must be divisible by "
-                             f"train.grad_accum={self.grad_accum}")
+                            f"train.grad_accum={self.grad_accum}")
         if not re.fullmatch(DEVICE_PATTERN, self.device):
             raise UserError(f"train.device must be auto, cpu, mps, cuda or cuda:N; "
                             f"got {self.device!r}")
@@ -179,7 +179,7 @@ class RunSection:
     def __post_init__(self) -> None:
         if "/" in self.name or self.name in (".", ".."):
             raise UserError(f"run.name must be a plain name, got {self.name!r} "
-                             "(use run.dir for the parent directory)")
+                            "(use run.dir for the parent directory)")
         # Checked before anything is created: an existing file on the path is a user error.
         for part in (Path(self.dir), *Path(self.dir).parents):
             if part.exists():
@@ -246,10 +246,10 @@ class WritebackSection:
             # Nothing is wrapped; reject the settings that would be silently ignored.
             if self.state_format:
                 raise UserError("writeback.state_format needs a writeback.policy other than "
-                                 f"'none' (valid: {', '.join(WRITEBACK_POLICIES[1:])})")
+                                f"'none' (valid: {', '.join(WRITEBACK_POLICIES[1:])})")
             if self.mask:
                 raise UserError("writeback.mask only applies to writeback.policy "
-                                 "'selective_master', not 'none'")
+                                "'selective_master', not 'none'")
         # The rules live in snip.optim.WritebackConfig, whose errors name the writeback.* key.
         self.to_config()
 

@@ -276,7 +276,7 @@ def setup(cfg: C.Config, resume: Path | None = None) -> Run:
 def _check_batch_split(t: C.TrainSection, dist: distributed.DistInfo) -> None:
     if t.batch_size % (t.grad_accum * dist.world_size):
         raise UserError(f"train.batch_size={t.batch_size} must be divisible by train.grad_accum"
-                         f" x world size = {t.grad_accum} x {dist.world_size}")
+                        f" x world size = {t.grad_accum} x {dist.world_size}")
 
 
 def _check_compatible(ckpt: checkpoint.Checkpoint, model: dict, tokenizer: str) -> None:
@@ -287,17 +287,17 @@ def _check_compatible(ckpt: checkpoint.Checkpoint, model: dict, tokenizer: str) 
     if diff:
         k, (old, new) = next(iter(diff.items()))
         raise UserError(f"cannot resume {ckpt.path}: it holds a different model shape "
-                         f"({k}={old}, this config gives {new}); resume with the run's own "
-                         "model.name and data settings")
+                        f"({k}={old}, this config gives {new}); resume with the run's own "
+                        "model.name and data settings")
     if ckpt.meta.get("tokenizer") != tokenizer:
         raise UserError(f"cannot resume {ckpt.path}: it was trained with tokenizer "
-                         f"{ckpt.meta.get('tokenizer')!r}, this config uses {tokenizer!r}")
+                        f"{ckpt.meta.get('tokenizer')!r}, this config uses {tokenizer!r}")
 
 
 def _prepare_run_dir(run_dir: Path, cfg: C.Config, ckpt: checkpoint.Checkpoint | None) -> None:
     if ckpt is None and checkpoint.list_checkpoints(run_dir / "checkpoints"):
         raise UserError(f"run directory {run_dir} already holds checkpoints; continue it with "
-                         f"--resume {run_dir} or choose another --run.name")
+                        f"--resume {run_dir} or choose another --run.name")
     for sub in ("plans", "checkpoints", "sensitivity"):
         (run_dir / sub).mkdir(parents=True, exist_ok=True)
     C.write_toml(cfg, run_dir / "config.toml")

@@ -81,7 +81,7 @@ def _tensorboard(log_dir: Path) -> Any:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:
         raise UserError("log.tensorboard = true needs the tensorboard package: "
-                         "pip install 'snip[tensorboard]'") from None
+                        "pip install 'snip[tensorboard]'") from None
     return SummaryWriter(log_dir=str(log_dir))
 
 

@@ -92,10 +92,10 @@ def restore(writeback: Writeback | None, optimizer: torch.optim.Optimizer,
     if writeback is None:
         if ckpt_writeback is not None:
             raise UserError(f"cannot resume {where}: it was trained with --writeback.policy "
-                             f"{ckpt_writeback.get('policy')!r}; resume with that policy")
+                            f"{ckpt_writeback.get('policy')!r}; resume with that policy")
         optimizer.load_state_dict(ckpt_optimizer)
         return
     if ckpt_writeback is None:
         raise UserError(f"cannot resume {where} with --writeback.policy {writeback.policy!r}: "
-                         "it was trained without write-back (policy 'none')")
+                        "it was trained without write-back (policy 'none')")
     writeback.load_state_dict(ckpt_writeback, ckpt_optimizer)
