@@ -197,7 +197,8 @@ class RunSection:
 class DistSection:
     timeout: float = opt(300.0, "seconds a rank waits in a collective (gradient all-reduce, "
                                 "barrier) before the run stops with an error: a hung or "
-                                "killed peer cannot block the others forever")
+                                "killed peer cannot block the others forever; must exceed the "
+                                "time rank 0 needs to save a checkpoint")
 
     def __post_init__(self) -> None:
         _positive("dist.timeout", self.timeout)
