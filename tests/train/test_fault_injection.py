@@ -222,7 +222,7 @@ def _rank(rank: int, port: int, settings: dict, at: int, action: str) -> None:
             if action == "sigterm":
                 os.kill(os.getpid(), signal.SIGTERM)  # what a launcher or scheduler sends
             else:
-                time.sleep(12)  # hung (like SIGSTOP), long past dist.timeout
+                os.kill(os.getpid(), signal.SIGSTOP)  # hung: stopped, never answers
 
     MetricsLog.log = log
     result = train(from_sources(overrides=settings))
@@ -232,9 +232,13 @@ def _rank(rank: int, port: int, settings: dict, at: int, action: str) -> None:
 def _spawn(settings: dict, at: int, action: str) -> BaseException | None:
     ctx = mp.start_processes(_rank, args=(_port(), settings, at, action), nprocs=2, join=False,
                              start_method="spawn")
+    deadline = time.monotonic() + 120  # a test that can fail, not hang: kill stuck ranks
     try:
-        while not ctx.join(grace_period=2):
-            pass
+        while not ctx.join(timeout=1, grace_period=2):
+            if time.monotonic() > deadline:
+                for p in ctx.processes:
+                    p.kill()
+                return TimeoutError("the ranks did not finish within 120 s")
     except Exception as e:  # the first failing rank; the others were terminated
         return e
     return None
