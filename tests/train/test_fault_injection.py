@@ -286,3 +286,24 @@ def test_sigterm_saves_and_stops_like_ctrl_c(tiny: dict,
     assert result.interrupted and result.step == 4
     root = Path(tiny["run.dir"]) / "tiny" / "checkpoints"
     assert checkpoint.load(checkpoint.list_checkpoints(root)[-1]).step == 4
+
+
+def test_a_forwarded_duplicate_signal_still_saves(tiny: dict,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """torchrun forwards the terminal's Ctrl-C to workers that already got it: two SIGINTs
+    within milliseconds are one stop request, not "interrupt at once"."""
+    from snip.train.metrics import MetricsLog
+
+    real = MetricsLog.log
+
+    def log(self: MetricsLog, event: str, step: int, **values: object) -> None:
+        real(self, event, step, **values)
+        if event == "train" and step == 4:
+            os.kill(os.getpid(), signal.SIGINT)  # the terminal's
+            os.kill(os.getpid(), signal.SIGINT)  # torchrun's echo
+
+    monkeypatch.setattr(MetricsLog, "log", log)
+    result = train(from_sources(overrides=tiny))
+    assert result.interrupted and result.step == 4
+    root = Path(tiny["run.dir"]) / "tiny" / "checkpoints"
+    assert checkpoint.load(checkpoint.list_checkpoints(root)[-1]).step == 4

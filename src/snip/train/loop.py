@@ -146,10 +146,13 @@ def evaluate(model: nn.Module, data: Batches, cfg: C.Config, device: torch.devic
 
 class StopFlag:
     """Set by SIGINT (Ctrl-C) or SIGTERM (what torchrun and schedulers send): the loop saves a
-    checkpoint at the end of the step and exits. A second signal interrupts at once."""
+    checkpoint at the end of the step and exits. A second signal interrupts at once -- unless
+    it comes within ``grace`` seconds of the first: torchrun forwards the terminal's Ctrl-C to
+    workers that already received it, and that echo must not cancel the save."""
 
-    def __init__(self) -> None:
+    def __init__(self, grace: float = 2.0) -> None:
         self.set = False
+        self.grace, self._first = grace, 0.0
         self._previous: Any = None
 
     def __enter__(self) -> StopFlag:
@@ -159,9 +162,10 @@ class StopFlag:
         return self
 
     def _handle(self, signum: int, frame: Any) -> None:
-        if self.set:
+        if self.set and time.monotonic() - self._first > self.grace:
             raise KeyboardInterrupt
-        self.set = True
+        if not self.set:
+            self.set, self._first = True, time.monotonic()
 
     def __exit__(self, *exc: object) -> None:
         for s, previous in (self._previous or {}).items():
