@@ -184,6 +184,21 @@ def test_disk_full_while_logging_names_the_file(tiny: dict, monkeypatch: pytest.
     assert len(err.splitlines()) == 1 and "metrics.jsonl" in err and "no space left" in err
 
 
+def test_disk_full_writing_config_toml(tiny: dict, monkeypatch: pytest.MonkeyPatch,
+                                       capsys: pytest.CaptureFixture) -> None:
+    real = Path.write_text
+
+    def write_text(self: Path, data: str, *a: object, **k: object) -> int:
+        if self.name == "config.toml":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, data, *a, **k)
+
+    monkeypatch.setattr(Path, "write_text", write_text)
+    assert main(["train", *_argv(tiny)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "config.toml" in err and "no space left" in err
+
+
 def test_skips_are_limited(tiny: dict, monkeypatch: pytest.MonkeyPatch) -> None:
     from snip.train import NonFiniteError, loop
 
