@@ -16,8 +16,23 @@ fix: ``--train.lr must be a finite positive number, got 1e+39``.
 
 from __future__ import annotations
 
-__all__ = ["UserError"]
+import errno
+from pathlib import Path
+
+__all__ = ["MissingFileError", "UserError", "disk_error"]
 
 
 class UserError(ValueError):
     """Bad input from the user: shown by the CLI as one line, exit code 2."""
+
+
+class MissingFileError(UserError, FileNotFoundError):
+    """A file or directory the user named does not exist (also a ``FileNotFoundError``)."""
+
+
+def disk_error(e: OSError, path: Path, needed: int) -> Exception:
+    """A full disk (or quota) as a one-line `UserError` naming the file; other errors as is."""
+    if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+        return e
+    return UserError(f"no space left on device writing {path} (needed about {needed:,} bytes);"
+                     " free some space and continue with --resume")

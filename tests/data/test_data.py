@@ -109,7 +109,7 @@ def test_bin_memmap_and_bad_size(tmp_path):
     tokens.tofile(tmp_path / "data.bin")
     mm = load_bin(tmp_path / "data.bin")
     assert isinstance(mm, np.memmap) and np.array_equal(mm, tokens)
-    ds = load_dataset(tmp_path / "data.bin", val_fraction=0.1)
+    ds = load_dataset(tmp_path / "data.bin", val_fraction=0.1, vocab_size=700)
     assert len(ds.train) == 900 and len(ds.val) == 100 and ds.vocab_size == 700
     (tmp_path / "odd.bin").write_bytes(b"\x00" * 7)
     with pytest.raises(ValueError, match="odd.bin has 7 bytes"):

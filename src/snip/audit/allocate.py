@@ -25,14 +25,15 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from snip.audit.trace import ReferenceTrace
+from snip.errors import UserError
 from snip.optim.mask import DEFAULT_TILE_SIZE, TileMask, tile_lengths
 
 
 def budget(fraction: float, eligible: int) -> int:
     """Protected coordinates for ``fraction`` of ``eligible`` (round half to even)."""
     if not 0.0 <= fraction <= 1.0:
-        raise ValueError(f"mask budget fraction must lie in [0, 1], got {fraction!r} "
-                         f"(use 0.1 for 10 %)")
+        raise UserError(f"mask budget fraction must lie in [0, 1], got {fraction!r} "
+                        f"(use 0.1 for 10 %)")
     return round(fraction * eligible)
 
 
@@ -46,8 +47,8 @@ def mask_from_scores(scores: Mapping[str, Sequence[float]], shapes: Mapping[str,
     for pos, n in enumerate(names):
         s = np.asarray(scores[n], dtype=np.float64)
         if s.shape != (len(lengths[n]),):
-            raise ValueError(f"scores for {n!r} have shape {s.shape}, expected "
-                             f"({len(lengths[n])},) tiles of {tile_size}")
+            raise UserError(f"scores for {n!r} have shape {s.shape}, expected "
+                            f"({len(lengths[n])},) tiles of {tile_size}")
         rows += [(s[i], pos, i) for i in range(len(s))]
     order = sorted(rows, key=lambda r: (-r[0], r[1], r[2]))
     left = budget(fraction, sum(math.prod(s) for s in shapes.values()))
@@ -71,7 +72,7 @@ def reference_mask(trace: ReferenceTrace, fraction: float = 0.1) -> TileMask:
 def freeze_only_mask(trace: ReferenceTrace, fmt: str, fraction: float = 0.1) -> TileMask:
     """Tiles most often frozen under the proxy for ``fmt`` (contribution ignored)."""
     if fmt not in trace.freeze_score:
-        raise ValueError(f"trace has no freeze score for {fmt!r}; formats: {trace.formats}")
+        raise UserError(f"trace has no freeze score for {fmt!r}; formats: {trace.formats}")
     return mask_from_scores(trace.freeze_score[fmt], trace.shapes, fraction,
                             tile_size=trace.tile_size, method=f"freeze-only {fmt}")
 

@@ -40,6 +40,7 @@ import math
 
 import torch
 
+from snip.errors import UserError
 from snip.formats import ElementFormat, Kind, Rounding, as_rounding, cast, get_element
 
 RHO_STAR = 2.0**-0.5
@@ -81,8 +82,8 @@ def check_on_grid(q: torch.Tensor, element: ElementFormat | str) -> None:
     on = (cast(q.float(), element) == q.float()) | torch.isnan(q)
     if not bool(on.all()):
         bad = float(q.flatten()[(~on).flatten().nonzero()[0, 0]])
-        raise ValueError(f"q must hold values on the {get_element(element).name} grid (found "
-                         f"{bad!r}); pass snip.cast(w, element) as q")
+        raise UserError(f"q must hold values on the {get_element(element).name} grid (found "
+                        f"{bad!r}); pass snip.cast(w, element) as q")
 
 
 def _even(a: torch.Tensor, gap: torch.Tensor) -> torch.Tensor:

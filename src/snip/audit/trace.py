@@ -20,6 +20,7 @@ tile.  :meth:`ReferenceTrace.save` writes one ``.npz`` (arrays under ``key/name`
 from __future__ import annotations
 
 import json
+import zipfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,7 @@ import numpy as np
 import torch
 
 from snip.audit.events import projected_frozen
+from snip.errors import MissingFileError, UserError
 from snip.formats import get_element
 from snip.optim.mask import DEFAULT_TILE_SIZE, num_tiles, tile_means
 
@@ -57,13 +59,13 @@ class ReferenceTrace:
             get_element(f)
         missing = [n for n in self.names if n not in self.shapes]
         if missing:
-            raise ValueError(f"trace has no shape for {missing[:3]}")
+            raise UserError(f"trace has no shape for {missing[:3]}")
 
     def projected(self, fmt: str, name: str | None = None) -> np.ndarray:
         """Projected frozen fraction over time, one tensor or numel-weighted over all."""
         if fmt not in self.frozen:
-            raise ValueError(f"trace has no projection for format {fmt!r}; it recorded "
-                             f"{self.formats}. Re-record with --formats {fmt}")
+            raise UserError(f"trace has no projection for format {fmt!r}; it recorded "
+                            f"{self.formats}. Re-record with --formats {fmt}")
         if name is not None:
             return self.frozen[fmt][name]
         w = np.array([np.prod(self.shapes[n]) for n in self.names], dtype=np.float64)
@@ -96,16 +98,21 @@ class ReferenceTrace:
     def load(cls, path: str | Path) -> ReferenceTrace:
         path = Path(path)
         if not path.is_file():
-            raise FileNotFoundError(f"trace file {str(path)!r} does not exist; record one with "
-                                    f"`snip audit --steps N --trace-out FILE`")
-        with np.load(path) as z:
-            data = {k: z[k] for k in z.files}
+            raise MissingFileError(f"trace file {str(path)!r} does not exist; record one with "
+                                   f"`snip audit --steps N --trace-out FILE`")
+        try:
+            with np.load(path) as z:
+                data = {k: z[k] for k in z.files}
+        except (EOFError, OSError, ValueError, AttributeError, zipfile.BadZipFile) as e:
+            raise UserError(f"{str(path)!r} is not a snip reference trace ("
+                            f"{'empty file' if isinstance(e, EOFError) else type(e).__name__}); "
+                            "record one with `snip audit --steps N --trace-out FILE`") from None
         if "meta" not in data:
-            raise ValueError(f"{str(path)!r} is not a snip reference trace (no meta)")
+            raise UserError(f"{str(path)!r} is not a snip reference trace (no meta)")
         meta = json.loads(bytes(data.pop("meta")).decode())
         if meta.get("kind") != "snip.reference_trace" or meta.get("version") != TRACE_VERSION:
-            raise ValueError(f"{str(path)!r}: unsupported trace kind/version "
-                             f"{meta.get('kind')!r}/{meta.get('version')!r}")
+            raise UserError(f"{str(path)!r}: unsupported trace kind/version "
+                            f"{meta.get('kind')!r}/{meta.get('version')!r}")
         tables: dict[str, dict] = {"frozen": {}, "tile_frozen": {}, "freeze_score": {}}
         norms, score = {}, {}
         for key, a in data.items():
@@ -137,7 +144,7 @@ class ReferenceRecorder:
         self.params = list(params)
         self.formats = [get_element(f).name for f in formats]
         if every < 1:
-            raise ValueError(f"record every must be >= 1, got {every}")
+            raise UserError(f"record every must be >= 1, got {every}")
         self.tile_size, self.score_steps = tile_size, score_steps
         self.every, self.tiles = every, tiles
         self.t = 0

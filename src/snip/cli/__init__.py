@@ -3,18 +3,21 @@
 Each subcommand lives in its own module here and exposes ``COMMAND`` (its name), ``HELP`` (one
 line), ``add_arguments(parser)`` and ``run(args) -> int``.  Modules are discovered automatically,
 so adding a command means adding a file.  Commands report bad input by raising the library's own
-``ValueError``, ``FileNotFoundError`` or ``TypeError`` (there is no CLI-specific exception): it is
-printed as one line and the exit code is 2; nothing is lost because commands save before they
-fail.
+`snip.UserError` (there is no CLI-specific exception): it is printed as one line and the exit
+code is 2; nothing is lost because commands validate before they write.  Any other exception is a
+bug and keeps its traceback; ``SNIP_DEBUG=1`` shows the traceback of a user error too.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import sys
 from collections.abc import Sequence
+
+from snip.errors import UserError
 
 
 def _commands() -> dict[str, object]:
@@ -63,7 +66,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return int(args._run(args) or 0)
-    except (ValueError, FileNotFoundError, TypeError) as e:
+    except UserError as e:
+        if os.environ.get("SNIP_DEBUG", "") not in ("", "0"):
+            raise
         print(f"snip {args.command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -24,6 +24,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from snip.errors import MissingFileError, UserError
+
 COMMAND = "plan"
 HELP = ("plan per-layer precision (SNIP ILP or a baseline) from a saved training checkpoint or "
         "a measured sensitivity table")
@@ -99,19 +101,19 @@ def _checkpoint_dir(path: Path) -> Path:
     from snip.train import checkpoint
 
     if not path.exists():
-        raise FileNotFoundError(f"--checkpoint {path} does not exist; pass a run directory "
-                                f"(runs/NAME) or one of its checkpoints/step_<N> directories")
+        raise MissingFileError(f"--checkpoint {path} does not exist; pass a run directory "
+                               f"(runs/NAME) or one of its checkpoints/step_<N> directories")
     found = path if (path / "meta.json").is_file() else None
     if found is None:
         ckpts = checkpoint.list_checkpoints(path / "checkpoints")
         if not ckpts:
-            raise FileNotFoundError(f"--checkpoint {path} has no checkpoints (expected "
-                                    f"{path / 'checkpoints'}/step_<N>)")
+            raise MissingFileError(f"--checkpoint {path} has no checkpoints (expected "
+                                   f"{path / 'checkpoints'}/step_<N>)")
         found = ckpts[-1]
     if not (found / "optimizer.pt").is_file():
-        raise ValueError(f"checkpoint {found} has no optimizer state (optimizer.pt is missing): "
-                         f"the weight divergence needs the AdamW moments; plan from a checkpoint "
-                         f"written by `snip train`, which saves them")
+        raise UserError(f"checkpoint {found} has no optimizer state (optimizer.pt is missing): "
+                        f"the weight divergence needs the AdamW moments; plan from a checkpoint "
+                        f"written by `snip train`, which saves them")
     return found
 
 
@@ -124,8 +126,8 @@ def _load(path: Path):
 
     ckpt = checkpoint.load(path)
     if not ckpt.optimizer.get("state"):
-        raise ValueError(f"checkpoint {path} has an empty optimizer state (no AdamW moments; "
-                         f"saved before the first step?); plan from a later checkpoint")
+        raise UserError(f"checkpoint {path} has an empty optimizer state (no AdamW moments; "
+                        f"saved before the first step?); plan from a later checkpoint")
     cfg = C.load(path / "config.toml")
     data = open_data(cfg.data, cfg.seed)
     model = build_model(ModelConfig(**ckpt.meta["model"]))
@@ -185,19 +187,19 @@ def run(args: argparse.Namespace) -> int:
     from snip.sensitivity import SensitivityTable
 
     if args.micro_batches < 1:
-        raise ValueError(f"--micro-batches={args.micro_batches} must be >= 1")
+        raise UserError(f"--micro-batches={args.micro_batches} must be >= 1")
     if args.checkpoint is None and args.table is None:
-        raise ValueError("give --checkpoint (measure a sensitivity table) or --table (reuse "
+        raise UserError("give --checkpoint (measure a sensitivity table) or --table (reuse "
                          "one measured earlier)")
     fp4 = 0.75 if args.budget is None and args.relative_time is None else args.budget
     budget = Budget(fp4_fraction=fp4, relative_time=args.relative_time, profile=args.profile)
     damage = None
     if args.damage is not None:
         if not args.damage.is_file():
-            raise FileNotFoundError(f"--damage {args.damage} does not exist")
+            raise MissingFileError(f"--damage {args.damage} does not exist")
         damage = Damage.from_dict(json.loads(args.damage.read_text()))
     elif args.method == "oracle":
-        raise ValueError("--method oracle needs --damage DAMAGE.json (measured single-unit "
+        raise UserError("--method oracle needs --damage DAMAGE.json (measured single-unit "
                          "damage, snip.planner.measure_damage)")
     source: dict = {}
     if args.checkpoint is not None:

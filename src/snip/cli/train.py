@@ -19,6 +19,8 @@ import argparse
 import difflib
 import sys
 
+from snip.errors import UserError
+
 COMMAND = "train"
 HELP = "train a model (default: small model on the embedded corpus) and write runs/NAME"
 _PREFIX = "cfg:"  # namespace attributes that are config keys
@@ -74,14 +76,14 @@ def _collect_unknown_options(parser: argparse.ArgumentParser) -> None:
     parser.parse_known_args = parse_known_args  # type: ignore[method-assign]
 
 
-def _unknown_option_error(options: list[str]) -> ValueError:
+def _unknown_option_error(options: list[str]) -> UserError:
     from snip.train.config import leaf_map
 
     bad = next((o for o in options if o.startswith("-")), options[0]).split("=")[0]
     valid = ["--config", "--resume", "--init-from", *(f"--{k}" for k in leaf_map())]
     close = difflib.get_close_matches(bad, valid, n=1, cutoff=0.5)
     hint = f"; did you mean {close[0]}?" if close else "; see snip train --help"
-    return ValueError(f"unknown option {bad}{hint}")
+    return UserError(f"unknown option {bad}{hint}")
 
 
 def run(args: argparse.Namespace) -> int:

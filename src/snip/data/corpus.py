@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from snip.data.tokenizer import Tokenizer
+from snip.errors import MissingFileError, UserError
 
 DEFAULT_VAL_FRACTION = 0.05
 STDLIB_EXCLUDE = frozenset({"site-packages", "dist-packages", "__pycache__", "test", "tests",
@@ -71,21 +72,46 @@ def stdlib_documents(max_files: int | None = None) -> list[Document]:
     return docs[:max_files]
 
 
-def _looks_binary(path: Path) -> bool:
+# A file is "binary" if its first 8 KB hold a NUL byte or more than this share of bytes that
+# are not valid UTF-8 (text in a legacy encoding has a few; executables and archives many).
+BINARY_SNIFF = 8192
+MAX_INVALID_UTF8 = 0.1
+
+
+def binary_reason(path: Path) -> str | None:
+    """Why ``path`` looks like binary data rather than text (None if it looks like text)."""
     with open(path, "rb") as f:
-        return b"\0" in f.read(8192)
+        head = f.read(BINARY_SNIFF)
+    if b"\0" in head:
+        return "it has NUL bytes"
+    text = head.decode("utf-8", errors="replace")
+    # a multi-byte character cut at the end of the sample is not an error
+    invalid = text[:-1].count("\ufffd") if len(head) == BINARY_SNIFF else text.count("\ufffd")
+    if head and invalid > MAX_INVALID_UTF8 * len(head):
+        return f"{invalid / len(head):.0%} of its first bytes are not valid UTF-8"
+    return None
 
 
-def text_documents(path: str | Path, pattern: str = "**/*") -> list[Document]:
+def _looks_binary(path: Path) -> bool:
+    return binary_reason(path) is not None
+
+
+def text_documents(path: str | Path, pattern: str = "**/*",
+                   allow_binary: bool = False) -> list[Document]:
     """A text file, or the text files under a directory matching `pattern`, sorted. Hidden
-    files and files with a NUL byte in their first 8 KB (binaries) are skipped."""
+    files and binary files (NUL bytes or mostly invalid UTF-8 in their first 8 KB) are skipped
+    in a directory; a single binary file is refused unless ``allow_binary``."""
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"data path {path} does not exist; pass an existing text file or directory, "
             "or omit it to use the built-in corpus"
         )
     if path.is_file():
+        reason = None if allow_binary else binary_reason(path)
+        if reason:
+            raise UserError(f"data.path {str(path)!r} does not look like text ({reason}); pass "
+                            "a text file, a .bin token file, or --data.allow_binary true")
         return [Document(path.name, path)]
     docs = []
     for p in path.glob(pattern):
@@ -94,7 +120,7 @@ def text_documents(path: str | Path, pattern: str = "**/*") -> list[Document]:
             if not _looks_binary(p):
                 docs.append(Document(rel.as_posix(), p))
     if not docs:
-        raise ValueError(
+        raise UserError(
             f"no text files match {pattern!r} under {path}; add text files there or pass a "
             "different pattern"
         )
@@ -118,7 +144,7 @@ def split_documents(
 
 def _check_fraction(val_fraction: float) -> None:
     if not 0.0 <= val_fraction < 1.0:
-        raise ValueError(f"val_fraction={val_fraction} must be in [0, 1)")
+        raise UserError(f"val_fraction={val_fraction} must be in [0, 1)")
 
 
 def read_text(path: Path) -> str:
@@ -126,7 +152,7 @@ def read_text(path: Path) -> str:
     try:
         return path.read_text(encoding="utf-8", errors="replace")
     except OSError as e:
-        raise ValueError(f"cannot read {path}: {e.strerror or e}; check its permissions") from e
+        raise UserError(f"cannot read {path}: {e.strerror or e}; check its permissions") from e
 
 
 def iter_texts(
@@ -135,7 +161,7 @@ def iter_texts(
     """The texts of one split, in order: what a BPE tokenizer should be trained on."""
     train, val = split_documents(docs, val_fraction)
     if split not in ("train", "val"):
-        raise ValueError(f"split={split!r} must be 'train' or 'val'")
+        raise UserError(f"split={split!r} must be 'train' or 'val'")
     for d in train if split == "train" else val:
         yield read_text(d.path)
 
@@ -214,7 +240,7 @@ def tokenize_corpus(
         train = tokenize_documents(train_docs, tokenizer)
         val = tokenize_documents(val_docs, tokenizer)
     if len(train) + len(val) <= len(docs):  # nothing but one end-of-text id per document
-        raise ValueError(
+        raise UserError(
             f"the {name} corpus is empty ({len(docs)} documents, no text); add text or point to "
             "another source"
         )

@@ -40,6 +40,7 @@ from snip.data.corpus import (
     tokenize_corpus,
 )
 from snip.data.tokenizer import Tokenizer, load_tokenizer
+from snip.errors import MissingFileError, UserError
 
 SPLITS = ("train", "val")
 
@@ -48,12 +49,12 @@ def load_bin(path: str | Path) -> np.memmap:
     """Memory-map a file of native-endian uint16 tokens (nanoGPT's format)."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"token file {path} does not exist; check the path")
+        raise MissingFileError(f"token file {path} does not exist; check the path")
     size = path.stat().st_size
     if size == 0:
-        raise ValueError(f"token file {path} is empty; regenerate it or point to another file")
+        raise UserError(f"token file {path} is empty; regenerate it or point to another file")
     if size % 2:
-        raise ValueError(
+        raise UserError(
             f"token file {path} has {size} bytes, not a whole number of uint16 tokens; "
             "it is truncated or not a uint16 token file"
         )
@@ -74,21 +75,27 @@ class TokenDataset:
         for split in SPLITS:
             a = getattr(self, split)
             if a.ndim != 1 or not np.issubdtype(a.dtype, np.integer):
-                raise ValueError(f"{split} tokens must be a 1-D integer array, not {a.dtype}")
+                raise UserError(f"{split} tokens must be a 1-D integer array, not {a.dtype}")
         if self.vocab_size <= 0:
-            raise ValueError(f"vocab_size={self.vocab_size} must be positive")
+            raise UserError(f"vocab_size={self.vocab_size} must be positive")
 
     def tokens(self, split: str) -> np.ndarray:
         if split not in SPLITS:
-            raise ValueError(f"split={split!r} must be 'train' or 'val'")
+            raise UserError(f"split={split!r} must be 'train' or 'val'")
         return self.train if split == "train" else self.val
+
+    def check_seq_len(self, seq_len: int) -> None:
+        """Raise unless both splits hold at least ``seq_len + 1`` tokens: called before a run
+        touches its directory, so a corpus too small fails first and loses nothing."""
+        for split in SPLITS:
+            self._windows(split, seq_len)
 
     def _windows(self, split: str, seq_len: int) -> np.ndarray:
         tokens = self.tokens(split)
         if seq_len <= 0:
-            raise ValueError(f"seq_len={seq_len} must be positive")
+            raise UserError(f"seq_len={seq_len} must be positive")
         if len(tokens) <= seq_len:
-            raise ValueError(
+            raise UserError(
                 f"the {split} split has {len(tokens)} tokens, too few for seq_len={seq_len} "
                 "(needs seq_len + 1); use a shorter seq_len or more data"
             )
@@ -107,9 +114,9 @@ class TokenDataset:
         """Inputs x and next-token targets y, both (batch_size, seq_len) int64; a pure function
         of (seed, split, step, rank, world_size) and the data."""
         if not 0 <= rank < world_size:
-            raise ValueError(f"rank={rank} must be in [0, world_size={world_size})")
+            raise UserError(f"rank={rank} must be in [0, world_size={world_size})")
         if batch_size <= 0 or step < 0:
-            raise ValueError(f"batch_size={batch_size} must be > 0 and step={step} >= 0")
+            raise UserError(f"batch_size={batch_size} must be > 0 and step={step} >= 0")
         tokens = self._windows(split, seq_len)
         rng = np.random.default_rng([self.seed, SPLITS.index(split), step])
         starts = rng.integers(0, len(tokens) - seq_len, size=batch_size * world_size)
@@ -194,28 +201,40 @@ def load_dataset(
     max_files: int | None = None,
     pattern: str = "**/*",
     vocab_size: int | None = None,
+    allow_binary: bool = False,
 ) -> TokenDataset:
     """A TokenDataset from `source` (see the module docstring for the accepted kinds).
 
-    For .bin data the tokenizer is not used and `vocab_size` defaults to the largest token id
-    plus one (a full scan; pass it to skip). `max_files` takes the first files of the sorted
-    built-in corpus, for quick tests."""
+    For .bin data the tokenizer only gives the vocabulary size (``vocab_size`` overrides it):
+    the vocabulary never comes from the data, and a token id outside it is an error naming the
+    id and its position. `max_files` takes the first files of the sorted built-in corpus, for
+    quick tests. A single text file that looks binary is refused unless ``allow_binary``."""
     if source is not None and _is_bin_source(Path(source)):
         train, val = _load_bin_source(Path(source), val_fraction)
         if vocab_size is None:
-            vocab_size = int(max(train.max(), val.max() if len(val) else 0)) + 1
+            vocab_size = load_tokenizer(tokenizer).vocab_size
+        for split, tokens in (("train", train), ("val", val)):
+            _check_ids(tokens, vocab_size, f"{source} ({split} split)")
         return TokenDataset(train=train, val=val, vocab_size=vocab_size, seed=seed)
     tok = load_tokenizer(tokenizer)
     if source is None:
         docs, name = stdlib_documents(max_files), "stdlib"
     else:
-        docs, name = text_documents(source, pattern), "text"
+        docs, name = text_documents(source, pattern, allow_binary), "text"
     train, val = tokenize_corpus(docs, tok, val_fraction, cache_dir, cache, name)
     if vocab_size is not None and vocab_size < tok.vocab_size:
-        raise ValueError(f"vocab_size={vocab_size} < the tokenizer's {tok.vocab_size}")
+        raise UserError(f"vocab_size={vocab_size} < the tokenizer's {tok.vocab_size}")
     return TokenDataset(
         train=train, val=val, vocab_size=vocab_size or tok.vocab_size, seed=seed, tokenizer=tok
     )
+
+
+def _check_ids(tokens: np.ndarray, vocab_size: int, where: str) -> None:
+    if len(tokens) and int(tokens.max()) >= vocab_size:
+        pos = int(np.argmax(tokens >= vocab_size))
+        raise UserError(f"token id {int(tokens[pos])} at position {pos} of {where} is outside "
+                        f"the vocabulary of {vocab_size} ids; pass the tokenizer the file was "
+                        "made with (--data.tokenizer) or --data.vocab_size")
 
 
 def _is_bin_source(path: Path) -> bool:

@@ -26,6 +26,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from snip.errors import MissingFileError, UserError
+
 EOT_TEXT = "<|endoftext|>"
 
 
@@ -85,7 +87,7 @@ class BPETokenizer:
         self._tok = tokenizer
         self.vocab_size: int = tokenizer.get_vocab_size()
         if tokenizer.token_to_id(EOT_TEXT) != self.eot_id:
-            raise ValueError(f"BPE tokenizer must have {EOT_TEXT!r} as id 0")
+            raise UserError(f"BPE tokenizer must have {EOT_TEXT!r} as id 0")
 
     @classmethod
     def train(cls, texts: Iterable[str], vocab_size: int = 4096) -> BPETokenizer:
@@ -95,7 +97,7 @@ class BPETokenizer:
 
         # 256 byte symbols + the end-of-text token; ids are stored as uint16 on disk.
         if not 257 <= vocab_size <= 65536:
-            raise ValueError(f"vocab_size={vocab_size} must be in [257, 65536] for byte-level BPE")
+            raise UserError(f"vocab_size={vocab_size} must be in [257, 65536] for byte-level BPE")
         tok = HFTokenizer(models.BPE())
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tok.decoder = decoders.ByteLevel()
@@ -139,7 +141,7 @@ def tokenizer_from_dict(d: dict[str, Any]) -> Tokenizer:
         from tokenizers import Tokenizer as HFTokenizer
 
         return BPETokenizer(HFTokenizer.from_str(json.dumps(d["tokenizer"])))
-    raise ValueError(f"unknown tokenizer type {kind!r}; expected 'byte' or 'bpe'")
+    raise UserError(f"unknown tokenizer type {kind!r}; expected 'byte' or 'bpe'")
 
 
 def load_tokenizer(spec: str | Path | dict[str, Any] | Tokenizer = "byte") -> Tokenizer:
@@ -152,12 +154,14 @@ def load_tokenizer(spec: str | Path | dict[str, Any] | Tokenizer = "byte") -> To
         return ByteTokenizer()
     path = Path(spec)
     if not path.is_file():
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"tokenizer {str(spec)!r} is neither 'byte' nor an existing JSON file; "
             "pass 'byte' or the path of a tokenizer saved with .save()"
         )
     try:
         d = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as e:
-        raise ValueError(f"cannot read tokenizer JSON {path}: {e}") from e
+        raise UserError(f"cannot read tokenizer JSON {path}: {e}") from e
+    if not isinstance(d, dict):
+        raise UserError(f"tokenizer file {path} must hold a JSON object, not {type(d).__name__}")
     return tokenizer_from_dict(d)

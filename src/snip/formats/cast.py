@@ -30,6 +30,7 @@ import enum
 
 import torch
 
+from snip.errors import UserError
 from snip.formats.element import ElementFormat, Kind, Special, get_element
 
 
@@ -45,7 +46,7 @@ def as_rounding(rounding: Rounding | str) -> Rounding:
         return Rounding(str(rounding).lower())
     except ValueError:
         valid = ", ".join(r.value for r in Rounding)
-        raise ValueError(f"unknown rounding {rounding!r}; valid: {valid}") from None
+        raise UserError(f"unknown rounding {rounding!r}; valid: {valid}") from None
 
 
 def check_float_tensor(x: torch.Tensor) -> None:
@@ -175,6 +176,10 @@ def cast(
     check_float_tensor(x)
     fmt, mode = get_element(element), as_rounding(rounding)
     native = _NATIVE.get(fmt.name)
+    if x.dtype == torch.float64:
+        # torch rounds float64 -> fp16/bf16/fp8 through float32 (double rounding); the
+        # reference computes in float64, where each value is rounded once, exactly.
+        return cast_reference(x, fmt, mode, saturate, generator)
     if mode is Rounding.RNE and native is not None and (saturate or native.itemsize >= 2):
         if native is torch.float32 and x.dtype in (torch.float32, torch.bfloat16, torch.float16):
             y = x
@@ -184,7 +189,7 @@ def cast(
             src = x.clamp(-fmt.max_normal, fmt.max_normal) if saturate else x
             y = src.to(native).to(x.dtype)
         return y.clamp(-fmt.max_normal, fmt.max_normal) if saturate else y
-    if x.dtype == torch.float64 or (fmt.is_float and fmt.emax > 15):
+    if fmt.is_float and fmt.emax > 15:
         return cast_reference(x, fmt, mode, saturate, generator)
     xf = x.float()
     u = (

@@ -14,6 +14,7 @@ import functools
 
 import torch
 
+from snip.errors import UserError
 from snip.formats.element import ElementFormat, Kind, Special
 
 
@@ -21,7 +22,7 @@ from snip.formats.element import ElementFormat, Kind, Special
 def code_table(fmt: ElementFormat) -> torch.Tensor:
     """fp32 value of every code ``0 .. 2^bits - 1`` (NaN where the code is NaN)."""
     if fmt.bits > 8:
-        raise ValueError(f"{fmt.name}: code tables exist only for formats of at most 8 bits")
+        raise UserError(f"{fmt.name}: code tables exist only for formats of at most 8 bits")
     codes = torch.arange(2**fmt.bits, dtype=torch.int64)
     half = 2 ** (fmt.bits - 1)
     if fmt.kind is Kind.INT:

@@ -22,6 +22,8 @@ import enum
 import math
 from dataclasses import dataclass, field
 
+from snip.errors import UserError
+
 
 class Special(enum.Enum):
     """What the all-ones exponent field encodes."""
@@ -61,7 +63,7 @@ class ElementFormat:
     def __post_init__(self) -> None:
         if self.kind is Kind.INT:
             if self.bits < 2:
-                raise ValueError(f"integer format {self.name!r} needs at least 2 bits")
+                raise UserError(f"integer format {self.name!r} needs at least 2 bits")
             int_max = 2 ** (self.bits - 1) - 1
             vals = (
                 int_max * self.step,
@@ -72,7 +74,7 @@ class ElementFormat:
             )
         else:
             if self.ebits < 1 or self.mbits < 0 or self.bits != 1 + self.ebits + self.mbits:
-                raise ValueError(
+                raise UserError(
                     f"float format {self.name!r}: bits ({self.bits}) must be 1 + ebits + mbits"
                 )
             top = 2**self.ebits - 1  # all-ones exponent field
@@ -119,10 +121,12 @@ def float_format(
     name: str | None = None,
 ) -> ElementFormat:
     """Generic constructor for any ``ExMy`` float format (default bias ``2^(E-1) - 1``)."""
-    if ebits < 1 or mbits < 0 or ebits + mbits > 31:
-        raise ValueError(f"invalid float format e{ebits}m{mbits}: need ebits >= 1, mbits >= 0")
+    if ebits < 1 or mbits < 0:
+        raise UserError(f"invalid float format e{ebits}m{mbits}: need ebits >= 1, mbits >= 0")
     bias = 2 ** (ebits - 1) - 1 if bias is None else bias
-    return ElementFormat(
+    if ebits > 8 or mbits > 23:
+        raise _unsupported(f"e{ebits}m{mbits}")
+    fmt = ElementFormat(
         name=name or f"e{ebits}m{mbits}",
         kind=Kind.FLOAT,
         bits=1 + ebits + mbits,
@@ -131,6 +135,19 @@ def float_format(
         bias=bias,
         special=special,
     )
+    # Rounded values are held in float32 tensors: every value of the format must be a float32.
+    if fmt.max_normal > FLOAT32_MAX or fmt.emin - mbits < -149:
+        raise _unsupported(fmt.name)
+    return fmt
+
+
+FLOAT32_MAX = 3.4028234663852886e38
+
+
+def _unsupported(name: str) -> UserError:
+    return UserError(f"element format {name} is outside what snip emulates exactly: every value "
+                     "must be a float32, so ebits must be 1..7 and mbits 0..23 (e8 only with "
+                     "IEEE inf/NaN, as bf16 and fp32), e.g. e2m1, e4m3, e5m2, e3m4, e6m9")
 
 
 def int_format(bits: int, *, frac_bits: int = 0, name: str | None = None) -> ElementFormat:
@@ -172,6 +189,6 @@ def get_element(name: str | ElementFormat) -> ElementFormat:
     m = re.fullmatch(r"e(\d+)m(\d+)", key)
     if m and int(m.group(1)) >= 1:
         return float_format(int(m.group(1)), int(m.group(2)))
-    raise ValueError(
+    raise UserError(
         f"unknown element format {name!r}; valid names: {', '.join(ELEMENTS)} (or any 'eXmY')"
     )

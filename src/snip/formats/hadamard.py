@@ -18,12 +18,14 @@ import functools
 import torch
 import torch.nn.functional as F
 
+from snip.errors import UserError
+
 
 @functools.lru_cache(maxsize=32)
 def rht_matrix(size: int, seed: int) -> torch.Tensor:
     """The orthogonal matrix ``D H / sqrt(size)`` (fp32, cached)."""
     if size < 1 or size & (size - 1):
-        raise ValueError(f"Hadamard size must be a power of two, got {size}")
+        raise UserError(f"Hadamard size must be a power of two, got {size}")
     h = torch.ones(1, 1)
     while h.shape[0] < size:
         h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)

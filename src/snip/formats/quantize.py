@@ -11,6 +11,15 @@ Both run the same pipeline, so ``encode(x, s).dequantize()`` equals ``quantize(x
 
 ``quantize`` returns step 5 in the input's dtype; ``encode`` stops after step 4 and keeps the
 element codes packed (:mod:`snip.formats.codes`) beside the scales in their own storage format.
+
+Entry-point contracts (the same on the fast numba path and the torch reference path):
+
+* a tensor that requires grad: ``quantize`` is differentiable with a straight-through estimator
+  (the gradient passes through unchanged, as in quantization-aware training); ``encode`` and
+  ``cast`` treat the values as data (no gradient flows into packed codes);
+* float64 input is rounded exactly, once (on the float64 reference path, never through float32
+  first); block scales are computed from the block amax rounded to float32, as they are stored;
+* empty tensors give empty results (``encode`` returns an empty ``QTensor``).
 """
 
 from __future__ import annotations
@@ -48,7 +57,8 @@ def _grid(
     """Steps 2-4 (and 5's multiply when ``dequant``) on an fp32 tensor, block by block."""
     layout = BlockLayout.of(x, spec, axis)
     blocks = layout.to_blocks(x)
-    if fast.enabled() and fast.supports(spec.element) and x.device.type == "cpu" and blocks.numel():
+    if (fast.enabled() and fast.supports(spec.element) and x.device.type == "cpu"
+            and blocks.numel() and x.dtype == torch.float32):
         scales = scales_from_amax(fast.block_amax(blocks), spec)
         q = fast.quantize_blocks(
             blocks, scales.encode, scales.decode, spec.element, rounding, generator, dequant
@@ -63,7 +73,7 @@ def _columns(x: torch.Tensor, spec: QuantSpec, axis: int) -> bool:
     """Blocks along axis 0 of a matrix (the weight-gradient operands) run without a transpose."""
     return (fast.enabled() and fast.supports(spec.element) and x.device.type == "cpu"
             and x.dim() == 2 and axis in (0, -2) and spec.scaling is Scaling.BLOCK
-            and not spec.hadamard and x.numel() > 0)
+            and not spec.hadamard and x.numel() > 0 and x.dtype == torch.float32)
 
 
 def _resolve(
@@ -78,6 +88,23 @@ def _resolve(
     return spec, mode, make_generator(generator, x.device)
 
 
+class _StraightThrough(torch.autograd.Function):
+    """Forward: the quantized values; backward: the incoming gradient unchanged."""
+
+    @staticmethod
+    def forward(ctx: object, x: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        return q
+
+    @staticmethod
+    def backward(ctx: object, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return grad, None
+
+
+def _working(x: torch.Tensor) -> torch.Tensor:
+    """The tensor the pipeline computes on: float64 stays float64 (rounded exactly, once)."""
+    return x if x.dtype == torch.float64 else x.float()
+
+
 def quantize(
     x: torch.Tensor,
     spec: QuantSpec | str,
@@ -89,14 +116,29 @@ def quantize(
     """Fake-quantize ``x`` (quantize, then dequantize) with a preset name or ``QuantSpec``.
 
     Scales are shared along ``axis`` (the GEMM contraction axis); ``rounding`` overrides the
-    spec's rounding; ``generator`` (or an int seed) drives stochastic rounding.
+    spec's rounding; ``generator`` (or an int seed) drives stochastic rounding. If ``x``
+    requires grad, the result does too, with a straight-through gradient (identity).
     """
+    if x.requires_grad and torch.is_grad_enabled():
+        q = quantize(x.detach(), spec, axis=axis, rounding=rounding, generator=generator)
+        return _StraightThrough.apply(x, q)
+    return _quantize(x, spec, axis, rounding, generator)
+
+
+def _quantize(
+    x: torch.Tensor,
+    spec: QuantSpec | str,
+    axis: int,
+    rounding: Rounding | str | None,
+    generator: torch.Generator | int | None,
+) -> torch.Tensor:
+    x = x.detach()
     spec, mode, gen = _resolve(x, spec, rounding, generator)
     if x.numel() == 0 or spec.is_identity and x.dtype == torch.float32:
         return x.clone()
     if spec.scaling is Scaling.NONE:
         return cast(x, spec.element, mode, saturate=True, generator=gen)
-    xf = x.float()
+    xf = _working(x)
     if spec.hadamard:
         xf = rht(xf, spec.hadamard, spec.hadamard_seed, axis)
     if _columns(xf, spec, axis):
@@ -141,6 +183,8 @@ class QTensor:
 
     def dequantize(self, dtype: torch.dtype | None = None) -> torch.Tensor:
         dtype = dtype or self.dtype
+        if torch.Size(self.shape).numel() == 0:
+            return torch.empty(self.shape, dtype=dtype, device=self.codes.device)
         if self.layout is None:  # bf16 / fp16 / fp32 storage
             native = _NATIVE[self.spec.element.name]
             return self.codes.view(native).reshape(self.shape).to(dtype)
@@ -172,8 +216,12 @@ def encode(
     generator: torch.Generator | int | None = None,
 ) -> QTensor:
     """Quantize ``x`` into real packed storage; ``QTensor.dequantize()`` equals :func:`quantize`."""
+    x = x.detach()  # packed codes carry no gradient
     spec, mode, gen = _resolve(x, spec, rounding, generator)
     shape, dtype = tuple(x.shape), x.dtype
+    if x.numel() == 0:
+        empty = torch.empty(0, dtype=torch.uint8, device=x.device)
+        return QTensor(empty, None, None, spec, None, (0,), shape, dtype, axis % max(1, x.dim()))
     if spec.scaling is Scaling.NONE:
         native = _NATIVE[spec.element.name]
         q = cast(x, spec.element, mode, saturate=True, generator=gen).to(native)
@@ -188,7 +236,7 @@ def encode(
             dtype,
             0,
         )
-    xf = x.float()
+    xf = _working(x)
     if spec.hadamard and x.numel():
         xf = rht(xf, spec.hadamard, spec.hadamard_seed, axis)
     layout, q, scales = _grid(xf, spec, axis, mode, gen, dequant=False)

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from snip.errors import UserError
 from snip.formats.spec import E8M0Rule, QuantSpec, ScaleFormat, Scaling
 
 FLT_MAX = torch.finfo(torch.float32).max
@@ -50,10 +51,10 @@ class BlockLayout:
         if x.dim() == 0:
             return BlockLayout((), 0, Scaling.TENSOR, 1)
         if not -x.dim() <= axis < x.dim():
-            raise ValueError(f"axis {axis} is out of range for a {x.dim()}-D tensor")
+            raise UserError(f"axis {axis} is out of range for a {x.dim()}-D tensor")
         axis %= x.dim()
         if spec.scaling is Scaling.BLOCK2D and x.dim() < 2:
-            raise ValueError(f"spec {spec.name!r} uses 2-D blocks; got a {x.dim()}-D tensor")
+            raise UserError(f"spec {spec.name!r} uses 2-D blocks; got a {x.dim()}-D tensor")
         block = {Scaling.CHANNEL: x.shape[axis], Scaling.TENSOR: 1}.get(spec.scaling, spec.block)
         return BlockLayout(tuple(x.shape), axis, spec.scaling, block)
 

@@ -26,6 +26,7 @@ import dataclasses
 import enum
 from dataclasses import dataclass
 
+from snip.errors import UserError
 from snip.formats.cast import Rounding
 from snip.formats.element import ElementFormat, get_element
 
@@ -74,27 +75,27 @@ class QuantSpec:
         object.__setattr__(self, "element", get_element(self.element))
         if self.scaling in (Scaling.BLOCK, Scaling.BLOCK2D):
             if not isinstance(self.block, int) or self.block < 1:
-                raise ValueError(
+                raise UserError(
                     f"spec {self.name!r}: block size must be a positive int, got {self.block!r}"
                 )
         elif self.block:
-            raise ValueError(
+            raise UserError(
                 f"spec {self.name!r}: block={self.block} only applies to BLOCK/BLOCK2D scaling"
             )
         if self.scale_format is ScaleFormat.E4M3 and self.scaling not in (
             Scaling.BLOCK,
             Scaling.BLOCK2D,
         ):
-            raise ValueError(f"spec {self.name!r}: e4m3 scales need BLOCK or BLOCK2D scaling")
+            raise UserError(f"spec {self.name!r}: e4m3 scales need BLOCK or BLOCK2D scaling")
         if self.weight_2d and self.scaling is not Scaling.BLOCK:
-            raise ValueError(f"spec {self.name!r}: weight_2d needs BLOCK scaling")
+            raise UserError(f"spec {self.name!r}: weight_2d needs BLOCK scaling")
         if self.hadamard and self.hadamard not in _HADAMARD_SIZES:
-            raise ValueError(
+            raise UserError(
                 f"spec {self.name!r}: hadamard size must be one of {_HADAMARD_SIZES}, "
                 f"got {self.hadamard}"
             )
         if self.scaling is Scaling.NONE and self.element.bits < 16:
-            raise ValueError(f"spec {self.name!r}: a {self.element.bits}-bit element needs a scale")
+            raise UserError(f"spec {self.name!r}: a {self.element.bits}-bit element needs a scale")
 
     @property
     def is_identity(self) -> bool:
@@ -181,7 +182,7 @@ def get_spec(spec: QuantSpec | str) -> QuantSpec:
         return spec
     if isinstance(spec, str) and spec.lower() in PRESETS:
         return PRESETS[spec.lower()]
-    raise ValueError(f"unknown quantization preset {spec!r}; valid presets: {', '.join(PRESETS)}")
+    raise UserError(f"unknown quantization preset {spec!r}; valid presets: {', '.join(PRESETS)}")
 
 
 def is_fp4(spec: QuantSpec | str) -> bool:

@@ -24,6 +24,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from snip.errors import UserError
+
 
 @dataclass(frozen=True, kw_only=True)
 class ModelConfig:
@@ -53,20 +55,20 @@ class ModelConfig:
             object.__setattr__(self, "ffn_hidden", _meta_ffn_hidden(self))
         _check_positive_int("ffn_hidden", self.ffn_hidden)
         if self.dim % self.n_heads:
-            raise ValueError(f"dim={self.dim} must be divisible by n_heads={self.n_heads}")
+            raise UserError(f"dim={self.dim} must be divisible by n_heads={self.n_heads}")
         if self.n_heads % self.n_kv_heads:
-            raise ValueError(
+            raise UserError(
                 f"n_heads={self.n_heads} must be divisible by n_kv_heads={self.n_kv_heads} "
                 "(each key/value head serves a whole group of query heads)"
             )
         if self.head_dim % 2:
-            raise ValueError(
+            raise UserError(
                 f"head_dim = dim / n_heads = {self.head_dim} must be even: RoPE rotates pairs"
             )
         if not self.norm_eps > 0:
-            raise ValueError(f"norm_eps={self.norm_eps} must be > 0")
+            raise UserError(f"norm_eps={self.norm_eps} must be > 0")
         if not self.rope_theta > 0:
-            raise ValueError(f"rope_theta={self.rope_theta} must be > 0")
+            raise UserError(f"rope_theta={self.rope_theta} must be > 0")
 
     @property
     def head_dim(self) -> int:
@@ -81,7 +83,7 @@ class ModelConfig:
 def _check_positive_int(name: str, value: object) -> None:
     # bool is an int subclass; True as a layer count is a bug, not a 1.
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ValueError(f"{name}={value!r} must be a positive integer")
+        raise UserError(f"{name}={value!r} must be a positive integer")
 
 
 def _meta_ffn_hidden(cfg: ModelConfig) -> int:
@@ -139,11 +141,11 @@ def list_configs() -> list[str]:
 def get_config(name: str, **overrides: object) -> ModelConfig:
     """The named configuration, with any field replaced by a keyword (validated again)."""
     if name not in _CONFIGS:
-        raise ValueError(f"unknown model config {name!r}; valid names: {', '.join(_CONFIGS)}")
+        raise UserError(f"unknown model config {name!r}; valid names: {', '.join(_CONFIGS)}")
     fields = {f.name for f in dataclasses.fields(ModelConfig)}
     unknown = sorted(set(overrides) - fields)
     if unknown:
-        raise ValueError(
+        raise UserError(
             f"unknown ModelConfig field(s) {unknown}; valid fields: {', '.join(sorted(fields))}"
         )
     return dataclasses.replace(_CONFIGS[name], **overrides)

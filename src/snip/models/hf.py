@@ -37,6 +37,7 @@ from types import ModuleType
 import torch
 import torch.nn as nn
 
+from snip.errors import UserError
 from snip.models.configs import ModelConfig
 from snip.models.llama import Transformer, build_model
 
@@ -60,7 +61,7 @@ def tiny_hf_model(arch: str = "llama", seed: int = 0) -> nn.Module:
     2 KV heads, vocab 256) or `GPT2LMHeadModel` (same width, depth, heads and vocab), built
     offline; the global RNG state is left untouched."""
     if arch not in TINY_ARCHS:
-        raise ValueError(f"unknown arch {arch!r}; valid: {', '.join(TINY_ARCHS)}")
+        raise UserError(f"unknown arch {arch!r}; valid: {', '.join(TINY_ARCHS)}")
     tf = _transformers()
     shape = dict(
         vocab_size=256, hidden_size=64, intermediate_size=192, num_hidden_layers=2,
@@ -100,7 +101,7 @@ def _rope_theta(hf_config) -> float:
     ) or {}
     rope_type = params.get("rope_type", params.get("type", "default"))
     if rope_type != "default":
-        raise ValueError(
+        raise UserError(
             f"rope_type={rope_type!r} (RoPE scaling) is not supported by snip's Transformer; "
             "only the default RoPE converts exactly"
         )
@@ -111,13 +112,13 @@ def config_from_hf(hf_config) -> ModelConfig:
     """Our ModelConfig for an HF LlamaConfig (or MistralConfig without sliding window)."""
     kind = getattr(hf_config, "model_type", None)
     if kind not in ("llama", "mistral"):
-        raise ValueError(f"model_type {kind!r} cannot be converted; expected 'llama' or 'mistral'")
+        raise UserError(f"model_type {kind!r} cannot be converted; expected 'llama' or 'mistral'")
     for flag in ("attention_bias", "mlp_bias"):
         if getattr(hf_config, flag, False):
-            raise ValueError(f"{flag}=True is not supported: snip's projections have no bias")
+            raise UserError(f"{flag}=True is not supported: snip's projections have no bias")
     window = getattr(hf_config, "sliding_window", None)
     if window is not None and window < hf_config.max_position_embeddings:
-        raise ValueError(f"sliding_window={window} is not supported: snip uses full attention")
+        raise UserError(f"sliding_window={window} is not supported: snip uses full attention")
     cfg = ModelConfig(
         dim=hf_config.hidden_size,
         n_layers=hf_config.num_hidden_layers,
@@ -132,7 +133,7 @@ def config_from_hf(hf_config) -> ModelConfig:
     )
     head_dim = getattr(hf_config, "head_dim", None)
     if head_dim is not None and head_dim != cfg.head_dim:
-        raise ValueError(f"head_dim={head_dim} != hidden_size / num_attention_heads")
+        raise UserError(f"head_dim={head_dim} != hidden_size / num_attention_heads")
     return cfg
 
 
@@ -157,7 +158,7 @@ def _rename(hf_key: str) -> str:
         key, n = re.subn(pattern, replacement, hf_key)
         if n:
             return key
-    raise ValueError(f"no snip name for Hugging Face parameter {hf_key!r}")
+    raise UserError(f"no snip name for Hugging Face parameter {hf_key!r}")
 
 
 def from_hf_llama(hf_model: nn.Module) -> Transformer:

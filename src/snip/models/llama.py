@@ -37,6 +37,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from snip.errors import UserError
 from snip.models.configs import ModelConfig, get_config
 from snip.nn import DEFAULT_SKIP_NAMES
 
@@ -164,7 +165,7 @@ class Transformer(nn.Module):
         cross-entropy over positions whose target is not -1."""
         T = tokens.shape[1]
         if T > self.config.max_seq_len:
-            raise ValueError(
+            raise UserError(
                 f"sequence length {T} exceeds max_seq_len={self.config.max_seq_len}; "
                 "use shorter sequences or a config with a larger max_seq_len"
             )
@@ -198,7 +199,7 @@ def build_model(
     """A freshly initialized Transformer. On device="meta" no memory or init work is spent."""
     cfg = get_config(config_or_name) if isinstance(config_or_name, str) else config_or_name
     if not isinstance(cfg, ModelConfig):
-        raise ValueError(
+        raise UserError(
             f"expected a ModelConfig or a config name, got {type(config_or_name).__name__}"
         )
     # Allocating on the target device directly avoids a CPU copy of large models.

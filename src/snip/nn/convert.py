@@ -45,6 +45,7 @@ from typing import Protocol, runtime_checkable
 import torch
 from torch import nn
 
+from snip.errors import UserError
 from snip.formats import QuantSpec
 from snip.nn.conv1d import QConv1D, is_conv1d
 from snip.nn.gemm import Accum, SaveMode
@@ -177,8 +178,8 @@ def _check_names(model: nn.Module, names: Mapping[str, object] | list[str], *,
     if unknown:
         what = "linear" if allow_linear else "QLinear"
         sample = ", ".join(sorted(known)[:8]) + (", ..." if len(known) > 8 else "")
-        raise ValueError(f"no {what} layer named {', '.join(map(repr, unknown))} in the model; "
-                         f"known {what} layers: {sample or '(none)'}")
+        raise UserError(f"no {what} layer named {', '.join(map(repr, unknown))} in the model; "
+                        f"known {what} layers: {sample or '(none)'}")
 
 
 def _skip_reason(model: nn.Module, name: str, module: nn.Module, skip_names: tuple[str, ...],

@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from snip.errors import UserError
 from snip.formats import QTensor, QuantSpec, Rounding, Scaling, encode, quantize
 from snip.nn.specs import Gemm, GemmSpecs
 
@@ -311,7 +312,7 @@ def quantized_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor |
                      cfg: GemmConfig, record: SavedBytes | None = None) -> torch.Tensor:
     """Functional form: ``F.linear`` with per-GEMM formats; fills ``record`` if given."""
     if x.shape[-1] != weight.shape[1]:
-        raise ValueError(f"input has {x.shape[-1]} features, weight expects {weight.shape[1]}")
+        raise UserError(f"input has {x.shape[-1]} features, weight expects {weight.shape[1]}")
     tensors = (x, weight) if bias is None else (x, weight, bias)
     needs_backward = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
     return QuantizedLinearFn.apply(x, weight, bias, cfg, record, needs_backward)

@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from snip.errors import UserError
 from snip.optim.grid import StorageGrid
 from snip.optim.mask import DEFAULT_TILE_SIZE, TileMask
 from snip.optim.policies import Policy, as_policy
@@ -44,8 +45,8 @@ def eligible_parameters(model: nn.Module, include: str | None = None,
         if ok and not (exclude and re.search(exclude, name)):
             out.append((name, p))
     if not out:
-        raise ValueError(f"no eligible parameters in {type(model).__name__} (include={include!r}, "
-                         f"exclude={exclude!r}); widen --writeback.include")
+        raise UserError(f"no eligible parameters in {type(model).__name__} (include={include!r}, "
+                        f"exclude={exclude!r}); widen --writeback.include")
     return out
 
 
@@ -71,30 +72,30 @@ class WritebackConfig:
         try:
             StorageGrid.parse(self.format)
         except ValueError as e:
-            raise ValueError(f"writeback.format: {e}") from None
+            raise UserError(f"writeback.format: {e}") from None
         if self.state_format:
             try:
                 StateFormat(name=self.state_format)
             except ValueError as e:
-                raise ValueError(f"writeback.state_format: {e}") from None
+                raise UserError(f"writeback.state_format: {e}") from None
         if isinstance(self.tile_size, bool) or not isinstance(self.tile_size, int):
-            raise ValueError(f"writeback.tile_size must be an int, got {self.tile_size!r}")
+            raise UserError(f"writeback.tile_size must be an int, got {self.tile_size!r}")
         if self.tile_size < 1:
-            raise ValueError(f"writeback.tile_size must be > 0, got {self.tile_size!r}")
+            raise UserError(f"writeback.tile_size must be > 0, got {self.tile_size!r}")
         if pol is Policy.SELECTIVE_MASTER and self.mask is None:
-            raise ValueError("writeback.policy 'selective_master' needs writeback.mask FILE (the "
-                             "required tile mask, built with `snip audit --mask-out FILE`)")
+            raise UserError("writeback.policy 'selective_master' needs writeback.mask FILE (the "
+                            "required tile mask, built with `snip audit --mask-out FILE`)")
         if self.mask is not None and pol is not Policy.SELECTIVE_MASTER:
-            raise ValueError(f"writeback.mask only applies to writeback.policy "
-                             f"'selective_master', not {self.policy!r}")
+            raise UserError(f"writeback.mask only applies to writeback.policy "
+                            f"'selective_master', not {self.policy!r}")
         if self.record_every < 0:
-            raise ValueError(f"writeback.record_every must be >= 0, got {self.record_every}")
+            raise UserError(f"writeback.record_every must be >= 0, got {self.record_every}")
         for rx in (self.include, self.exclude):
             if rx:
                 try:
                     re.compile(rx)
                 except re.error as e:
-                    raise ValueError(f"bad parameter-name regex {rx!r}: {e}") from None
+                    raise UserError(f"bad parameter-name regex {rx!r}: {e}") from None
 
     def build(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> WritebackOptimizer:
         return build(model, optimizer, self)
@@ -106,8 +107,8 @@ def build(model: nn.Module, optimizer: torch.optim.Optimizer,
     params = eligible_parameters(model, config.include, config.exclude)
     mask = TileMask.load(Path(config.mask)) if config.mask else None
     if mask is not None and mask.tile_size != config.tile_size:
-        raise ValueError(f"mask {config.mask!r} uses tile_size {mask.tile_size}, config says "
-                         f"{config.tile_size}; pass --writeback.tile_size {mask.tile_size}")
+        raise UserError(f"mask {config.mask!r} uses tile_size {mask.tile_size}, config says "
+                        f"{config.tile_size}; pass --writeback.tile_size {mask.tile_size}")
     return WritebackOptimizer(optimizer, params, element=config.format, policy=config.policy,
                               mask=mask, seed=config.seed, state_format=config.state_format,
                               tile_size=config.tile_size, record_every=config.record_every,

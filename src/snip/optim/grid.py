@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
+from snip.errors import UserError
 from snip.formats import (
     PRESETS,
     ElementFormat,
@@ -48,8 +49,8 @@ class StorageGrid:
         if self.spec is not None:
             spec = get_spec(self.spec)
             if spec.element != self.element:
-                raise ValueError(f"storage grid: element {self.element.name!r} differs from spec "
-                                 f"{spec.name!r} element {spec.element.name!r}; pass one of them")
+                raise UserError(f"storage grid: element {self.element.name!r} differs from spec "
+                                f"{spec.name!r} element {spec.element.name!r}; pass one of them")
             object.__setattr__(self, "spec", spec)
 
     @classmethod
@@ -76,8 +77,8 @@ class StorageGrid:
             if spec is not None:
                 return cls(element=spec.element, spec=spec)
             valid = ", ".join(PRESETS)
-            raise ValueError(f"unknown storage format {name!r}: use an element name (e4m3, "
-                             f"e5m2, e2m1, bf16, any 'eXmY') or a preset ({valid})") from None
+            raise UserError(f"unknown storage format {name!r}: use an element name (e4m3, "
+                            f"e5m2, e2m1, bf16, any 'eXmY') or a preset ({valid})") from None
 
     @property
     def is_identity(self) -> bool:

@@ -32,6 +32,8 @@ from pathlib import Path
 
 import torch
 
+from snip.errors import MissingFileError, UserError
+
 DEFAULT_TILE_SIZE = 768
 MASK_VERSION = 1
 
@@ -63,7 +65,7 @@ def _check_shapes(shapes: Mapping[str, Iterable[int]]) -> dict[str, tuple[int, .
     for name, shape in shapes.items():
         shape = tuple(int(s) for s in shape)
         if any(s < 0 for s in shape):
-            raise ValueError(f"parameter {name!r}: negative dimension in shape {shape}")
+            raise UserError(f"parameter {name!r}: negative dimension in shape {shape}")
         out[str(name)] = shape
     return out
 
@@ -81,18 +83,18 @@ class TileMask:
 
     def __post_init__(self) -> None:
         if not isinstance(self.tile_size, int) or self.tile_size < 1:
-            raise ValueError(f"tile_size must be a positive int, got {self.tile_size!r}")
+            raise UserError(f"tile_size must be a positive int, got {self.tile_size!r}")
         object.__setattr__(self, "shapes", _check_shapes(self.shapes))
         tiles = {}
         for name, pairs in self.tiles.items():
             if name not in self.shapes:
-                raise ValueError(f"mask lists tiles for {name!r} but has no shape for it")
+                raise UserError(f"mask lists tiles for {name!r} but has no shape for it")
             lengths = tile_lengths(math.prod(self.shapes[name]), self.tile_size)
             clean = tuple(sorted((int(i), int(c)) for i, c in pairs))
             for i, c in clean:
                 if not 0 <= i < len(lengths) or not 0 < c <= lengths[i]:
-                    raise ValueError(f"mask tile ({i}, {c}) out of range for {name!r} with "
-                                     f"{len(lengths)} tiles of {self.tile_size}")
+                    raise UserError(f"mask tile ({i}, {c}) out of range for {name!r} with "
+                                    f"{len(lengths)} tiles of {self.tile_size}")
             tiles[name] = clean
         object.__setattr__(self, "tiles", tiles)
 
@@ -110,8 +112,8 @@ class TileMask:
     def indices(self, name: str) -> torch.Tensor:
         """Flat (row-major) coordinate indices protected in parameter ``name`` (int64, sorted)."""
         if name not in self.shapes:
-            raise ValueError(f"parameter {name!r} is not in this mask; mask parameters: "
-                             f"{', '.join(self.shapes)}")
+            raise UserError(f"parameter {name!r} is not in this mask; mask parameters: "
+                            f"{', '.join(self.shapes)}")
         parts = [torch.arange(i * self.tile_size, i * self.tile_size + c, dtype=torch.int64)
                  for i, c in self.tiles.get(name, ())]
         return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.int64)
@@ -140,8 +142,8 @@ class TileMask:
             n = bad[0]
             parts.append(f"shape mismatch for {n!r}: mask {list(self.shapes[n])} vs model "
                          f"{list(want[n])}")
-        raise ValueError(f"{source} was made for a different model ({'; '.join(parts)}); "
-                         f"rebuild it from a reference trace of this model (snip audit --mask-out)")
+        raise UserError(f"{source} was made for a different model ({'; '.join(parts)}); "
+                        f"rebuild it from a reference trace of this model (snip audit --mask-out)")
 
     # ---- file round trip -----------------------------------------------------------------
     def to_dict(self) -> dict:
@@ -154,8 +156,8 @@ class TileMask:
     @classmethod
     def from_dict(cls, d: Mapping, source: str = "mask") -> TileMask:
         if d.get("kind") != "snip.tile_mask" or d.get("version") != MASK_VERSION:
-            raise ValueError(f"{source}: not a snip tile mask version {MASK_VERSION} "
-                             f"(kind={d.get('kind')!r}, version={d.get('version')!r})")
+            raise UserError(f"{source}: not a snip tile mask version {MASK_VERSION} "
+                            f"(kind={d.get('kind')!r}, version={d.get('version')!r})")
         params = d["params"]
         return cls(tile_size=int(d["tile_size"]), fraction=float(d.get("fraction", 0.0)),
                    method=str(d.get("method", "")), meta=dict(d.get("meta", {})),
@@ -172,12 +174,15 @@ class TileMask:
     def load(cls, path: str | Path) -> TileMask:
         path = Path(path)
         if not path.is_file():
-            raise FileNotFoundError(f"mask file {str(path)!r} does not exist; build one with "
-                                    f"`snip audit --mask-out FILE`")
+            raise MissingFileError(f"mask file {str(path)!r} does not exist; build one with "
+                                   f"`snip audit --mask-out FILE`")
         try:
             data = json.loads(path.read_text())
         except json.JSONDecodeError as e:
-            raise ValueError(f"mask file {str(path)!r} is not valid JSON: {e}") from None
+            raise UserError(f"mask file {str(path)!r} is not valid JSON: {e}") from None
+        if not isinstance(data, dict):
+            raise UserError(f"mask file {str(path)!r} must hold a JSON object, not "
+                            f"{type(data).__name__}")
         return cls.from_dict(data, source=f"mask file {str(path)!r}")
 
 

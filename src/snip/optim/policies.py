@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from snip.errors import UserError
 from snip.formats import Rounding
 from snip.optim.grid import StorageGrid
 from snip.optim.mask import TileMask
@@ -54,7 +55,7 @@ def as_policy(name: Policy | str) -> Policy:
         return Policy(str(name).lower().replace("-", "_"))
     except ValueError:
         valid = ", ".join(p.value for p in Policy)
-        raise ValueError(f"unknown write-back policy {name!r}; valid: {valid}") from None
+        raise UserError(f"unknown write-back policy {name!r}; valid: {valid}") from None
 
 
 @dataclass(kw_only=True)
@@ -128,8 +129,8 @@ class SelectiveMasterPolicy(WritebackPolicy):
 
     def __init__(self, mask: TileMask) -> None:
         if not isinstance(mask, TileMask):
-            raise ValueError("selective_master needs a TileMask (load one with TileMask.load or "
-                             "build one with snip.audit.allocate)")
+            raise UserError("selective_master needs a TileMask (load one with TileMask.load or "
+                            "build one with snip.audit.allocate)")
         self.mask = mask
 
     def setup(self, slot: Slot, grid: StorageGrid) -> None:
@@ -164,9 +165,9 @@ class _AdamState:
 def _adam_state(ctx: StepContext, p: torch.Tensor) -> _AdamState:
     st = ctx.optimizer.state.get(p, {})
     if "exp_avg" not in st or "exp_avg_sq" not in st:
-        raise ValueError(f"eco needs an Adam/AdamW optimizer (state exp_avg, exp_avg_sq); got "
-                         f"{type(ctx.optimizer).__name__}. Use torch.optim.AdamW or policy "
-                         f"'stochastic'")
+        raise UserError(f"eco needs an Adam/AdamW optimizer (state exp_avg, exp_avg_sq); got "
+                        f"{type(ctx.optimizer).__name__}. Use torch.optim.AdamW or policy "
+                        f"'stochastic'")
     b1, b2 = ctx.group["betas"]
     return _AdamState(m=st["exp_avg"], v=st["exp_avg_sq"], t=float(st["step"]),
                       lr=float(ctx.group["lr"]), beta1=float(b1), beta2=float(b2),
@@ -203,11 +204,11 @@ def make_policy(policy: Policy | str | WritebackPolicy, mask: TileMask | None = 
     p = as_policy(policy)
     if p is Policy.SELECTIVE_MASTER:
         if mask is None:
-            raise ValueError("policy 'selective_master' needs a mask: pass mask=TileMask or "
-                             "--writeback.mask FILE")
+            raise UserError("policy 'selective_master' needs a mask: pass mask=TileMask or "
+                            "--writeback.mask FILE")
         return SelectiveMasterPolicy(mask)
     if mask is not None:
-        raise ValueError(f"a mask only applies to policy 'selective_master', not {p.value!r}")
+        raise UserError(f"a mask only applies to policy 'selective_master', not {p.value!r}")
     return {Policy.RNE: RNEPolicy, Policy.STOCHASTIC: StochasticPolicy,
             Policy.MASTER: MasterPolicy, Policy.ECO: ECOPolicy}[p]()
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from snip.errors import UserError
 from snip.formats import ElementFormat, QuantSpec, Rounding
 from snip.formats.spec import PRESETS
 from snip.optim.grid import StorageGrid
@@ -51,8 +52,8 @@ class StateFormat:
         try:
             grid = StorageGrid.parse(self.name)
         except ValueError:
-            raise ValueError(f"unknown optimizer state format {self.name!r}: use an element "
-                             f"(bf16, fp16) or a preset ({', '.join(PRESETS)})") from None
+            raise UserError(f"unknown optimizer state format {self.name!r}: use an element "
+                            f"(bf16, fp16) or a preset ({', '.join(PRESETS)})") from None
         object.__setattr__(self, "grid", grid)
 
     @property
@@ -68,14 +69,14 @@ def _named(params: Iterable) -> list[tuple[str, torch.Tensor]]:
     for i, item in enumerate(params):
         name, p = item if isinstance(item, tuple) else (f"param{i}", item)
         if not isinstance(p, torch.Tensor) or not p.is_floating_point():
-            raise ValueError(f"parameter {name!r} must be a floating-point tensor")
+            raise UserError(f"parameter {name!r} must be a floating-point tensor")
         if p.dtype != torch.float32:
-            raise ValueError(f"parameter {name!r} has dtype {p.dtype}; write-back needs fp32 "
-                             f"carriers (the grid is simulated in fp32)")
+            raise UserError(f"parameter {name!r} has dtype {p.dtype}; write-back needs fp32 "
+                            f"carriers (the grid is simulated in fp32)")
         out.append((str(name), p))
     names = [n for n, _ in out]
     if len(set(names)) != len(names):
-        raise ValueError("managed parameter names must be unique")
+        raise UserError("managed parameter names must be unique")
     return out
 
 
@@ -149,8 +150,8 @@ class WritebackOptimizer:
         groups = {id(p): g for g in self.optimizer.param_groups for p in g["params"]}
         for n, p in named:
             if id(p) not in groups:
-                raise ValueError(f"parameter {n!r} is not in the wrapped optimizer's param_groups; "
-                                 f"build the optimizer over the model's parameters first")
+                raise UserError(f"parameter {n!r} is not in the wrapped optimizer's param_groups; "
+                                f"build the optimizer over the model's parameters first")
         return groups
 
     # ---- passthrough ---------------------------------------------------------------------
@@ -241,16 +242,16 @@ class WritebackOptimizer:
     def load_state_dict(self, state: dict) -> None:
         wb = state["writeback"]
         if wb.get("version") != STATE_VERSION:
-            raise ValueError(f"write-back state version {wb.get('version')!r} is not "
-                             f"{STATE_VERSION}; it was written by another snip version")
+            raise UserError(f"write-back state version {wb.get('version')!r} is not "
+                            f"{STATE_VERSION}; it was written by another snip version")
         if wb["policy"] != self.policy.policy.value or wb["grid"] != self.grid.name:
-            raise ValueError(f"checkpoint was written with policy {wb['policy']!r} on grid "
-                             f"{wb['grid']!r}, but this optimizer uses {self.policy.policy.value!r}"
-                             f" on {self.grid.name!r}; rebuild it with the checkpoint's settings")
+            raise UserError(f"checkpoint was written with policy {wb['policy']!r} on grid "
+                            f"{wb['grid']!r}, but this optimizer uses {self.policy.policy.value!r}"
+                            f" on {self.grid.name!r}; rebuild it with the checkpoint's settings")
         names = {s.name for s in self.slots}
         if set(wb["slots"]) != names:
-            raise ValueError(f"checkpoint manages parameters {sorted(wb['slots'])[:5]}..., this "
-                             f"optimizer {sorted(names)[:5]}...; the models differ")
+            raise UserError(f"checkpoint manages parameters {sorted(wb['slots'])[:5]}..., this "
+                            f"optimizer {sorted(names)[:5]}...; the models differ")
         self.optimizer.load_state_dict(state["optimizer"])
         self.step_count = int(wb["step"])
         self.generator.set_state(wb["generator"])

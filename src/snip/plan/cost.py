@@ -36,6 +36,7 @@ from pathlib import Path
 
 from torch import nn
 
+from snip.errors import UserError
 from snip.formats import is_fp4
 from snip.nn import DEFAULT_SKIP_NAMES, ResolvesToSpecs
 from snip.nn.specs import Gemm, GemmSpecs
@@ -69,7 +70,7 @@ def as_table(table_or_plan: Table | Resolvable, model: nn.Module) -> Table:
 
 def _check_tokens(tokens: int) -> int:
     if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
-        raise ValueError(f"tokens must be a positive int (batch x sequence length), got {tokens!r}")
+        raise UserError(f"tokens must be a positive int (batch x sequence length), got {tokens!r}")
     return tokens
 
 
@@ -78,8 +79,8 @@ def _shapes(model: nn.Module, names: Iterable[str]) -> dict[str, tuple[int, int]
     linears = linear_layers(model, include_head=True)
     missing = [n for n in names if n not in linears]
     if missing:
-        raise ValueError(f"{missing[0]!r} is not a linear layer of this model "
-                         f"({len(missing)} such name(s)); resolve the plan against this model")
+        raise UserError(f"{missing[0]!r} is not a linear layer of this model "
+                        f"({len(missing)} such name(s)); resolve the plan against this model")
     return {n: (linears[n].in_features, linears[n].out_features) for n in names}
 
 

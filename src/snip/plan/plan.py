@@ -43,6 +43,7 @@ from typing import Any, NamedTuple
 
 from torch import nn
 
+from snip.errors import MissingFileError, UserError
 from snip.formats import PRESETS, QuantSpec, get_spec
 from snip.nn import qlinear_layers
 from snip.nn.specs import GEMM_NAMES, Gemm, GemmSpecs
@@ -73,12 +74,12 @@ class PlanChange(NamedTuple):
 def _preset_name(spec: QuantSpec | str, entry: str, gemm: str) -> str:
     if isinstance(spec, QuantSpec):
         if PRESETS.get(spec.name) != spec:
-            raise ValueError(f"plan entry '{entry}', {gemm}: spec {spec.name!r} is not a preset; "
-                             f"plans store preset names ({', '.join(PRESETS)})")
+            raise UserError(f"plan entry '{entry}', {gemm}: spec {spec.name!r} is not a preset; "
+                            f"plans store preset names ({', '.join(PRESETS)})")
         return spec.name
     if not isinstance(spec, str) or spec.lower() not in PRESETS:
-        raise ValueError(f"plan entry '{entry}', {gemm}: unknown preset {spec!r}; valid presets: "
-                         f"{', '.join(PRESETS)}")
+        raise UserError(f"plan entry '{entry}', {gemm}: unknown preset {spec!r}; valid presets: "
+                        f"{', '.join(PRESETS)}")
     return get_spec(spec).name
 
 
@@ -93,36 +94,36 @@ def _entry_names(value: EntryLike, entry: str, *, strict: bool = True) -> Names:
     elif not strict and isinstance(value, str | QuantSpec):
         value = dict.fromkeys(GEMM_NAMES, value)
     if not isinstance(value, Mapping):
-        raise ValueError(f"plan entry '{entry}' must be an object with keys "
-                         f"{', '.join(GEMM_NAMES)}; got {value!r}")
+        raise UserError(f"plan entry '{entry}' must be an object with keys "
+                        f"{', '.join(GEMM_NAMES)}; got {value!r}")
     unknown = [k for k in value if k not in GEMM_NAMES]
     if unknown:
-        raise ValueError(f"plan entry '{entry}' has unknown key {unknown[0]!r}; "
-                         f"expected exactly {', '.join(GEMM_NAMES)}")
+        raise UserError(f"plan entry '{entry}' has unknown key {unknown[0]!r}; "
+                        f"expected exactly {', '.join(GEMM_NAMES)}")
     missing = [g for g in GEMM_NAMES if g not in value]
     if missing:
-        raise ValueError(f"plan entry '{entry}' is missing GEMM key {missing[0]!r}; every entry "
-                         f"needs {', '.join(GEMM_NAMES)}")
+        raise UserError(f"plan entry '{entry}' is missing GEMM key {missing[0]!r}; every entry "
+                        f"needs {', '.join(GEMM_NAMES)}")
     return {g: _preset_name(value[g], entry, g) for g in GEMM_NAMES}
 
 
 def _check_key(key: object) -> None:
     if not isinstance(key, str) or not key or key == REGEX_PREFIX:
-        raise ValueError(f"plan layer key {key!r} must be a module name or 're:<regex>'")
+        raise UserError(f"plan layer key {key!r} must be a module name or 're:<regex>'")
     if key.startswith(REGEX_PREFIX):
         try:
             re.compile(key[len(REGEX_PREFIX):])
         except re.error as e:
-            raise ValueError(f"plan entry '{key}' is not a valid regex: {e}") from None
+            raise UserError(f"plan entry '{key}' is not a valid regex: {e}") from None
 
 
 def _check_meta(meta: object) -> dict:
     if not isinstance(meta, Mapping):
-        raise ValueError(f"plan meta must be a JSON object (dict), got {type(meta).__name__}")
+        raise UserError(f"plan meta must be a JSON object (dict), got {type(meta).__name__}")
     try:
         json.dumps(meta)
     except (TypeError, ValueError) as e:
-        raise ValueError(f"plan meta must be JSON-serializable: {e}") from None
+        raise UserError(f"plan meta must be JSON-serializable: {e}") from None
     return dict(meta)
 
 
@@ -141,7 +142,7 @@ class PrecisionPlan:
     def __post_init__(self) -> None:
         object.__setattr__(self, "default", _entry_names(self.default, DEFAULT_KEY, strict=False))
         if not isinstance(self.layers, Mapping):
-            raise ValueError(f"plan layers must be an object, got {type(self.layers).__name__}")
+            raise UserError(f"plan layers must be an object, got {type(self.layers).__name__}")
         layers = {}
         for key, value in self.layers.items():
             _check_key(key)
@@ -171,27 +172,27 @@ class PrecisionPlan:
             return cls.from_dict(_loads(source, "plan JSON string"))
         path = Path(source)
         if not path.is_file():
-            raise FileNotFoundError(f"plan file not found: {path}")
+            raise MissingFileError(f"plan file not found: {path}")
         return cls.from_dict(_loads(path.read_text(), f"plan file {path}"))
 
     @classmethod
     def from_dict(cls, data: Mapping) -> PrecisionPlan:
         if not isinstance(data, Mapping):
-            raise ValueError(f"a plan must be a JSON object, got {type(data).__name__}")
+            raise UserError(f"a plan must be a JSON object, got {type(data).__name__}")
         version = data.get("version")
         if type(version) is not int or version != PLAN_VERSION:
-            raise ValueError(f"unsupported plan version {version!r}; this snip reads "
-                             f'"version": {PLAN_VERSION}')
+            raise UserError(f"unsupported plan version {version!r}; this snip reads "
+                            f'"version": {PLAN_VERSION}')
         unknown = [k for k in data if k not in ("version", "default", "layers", "meta")]
         if unknown:
-            raise ValueError(f"unknown plan key {unknown[0]!r}; valid keys: version, default, "
-                             f"layers, meta")
+            raise UserError(f"unknown plan key {unknown[0]!r}; valid keys: version, default, "
+                            f"layers, meta")
         if DEFAULT_KEY not in data:
-            raise ValueError('plan has no "default" entry; add e.g. {"fprop": "bf16", '
-                             '"dgrad": "bf16", "wgrad": "bf16"}')
+            raise UserError('plan has no "default" entry; add e.g. {"fprop": "bf16", '
+                            '"dgrad": "bf16", "wgrad": "bf16"}')
         layers = data.get("layers", {})
         if not isinstance(layers, Mapping):
-            raise ValueError(f"plan layers must be an object, got {type(layers).__name__}")
+            raise UserError(f"plan layers must be an object, got {type(layers).__name__}")
         return cls(default=_entry_names(data[DEFAULT_KEY], DEFAULT_KEY),
                    layers={k: _entry_names(v, k) for k, v in layers.items()},
                    meta=data.get("meta", {}))
@@ -252,9 +253,9 @@ class PrecisionPlan:
         for key in self.layers:
             if key in patterns:
                 if not any(patterns[key].fullmatch(n) for n in body):
-                    raise ValueError(_no_match_message(key, key[len(REGEX_PREFIX):], body, model))
+                    raise UserError(_no_match_message(key, key[len(REGEX_PREFIX):], body, model))
             elif key not in known:
-                raise ValueError(_no_match_message(key, key, names, model))
+                raise UserError(_no_match_message(key, key, names, model))
 
     def apply(self, model: nn.Module) -> dict[str, GemmSpecs]:
         """Switch a converted model's ``QLinear`` layers to this plan; returns what was set.
@@ -265,8 +266,8 @@ class PrecisionPlan:
         """
         converted = qlinear_layers(model)
         if not converted:
-            raise ValueError("model has no converted (QLinear) layers; call "
-                             "snip.convert(model, plan) first, then plan.apply(model) to switch")
+            raise UserError("model has no converted (QLinear) layers; call "
+                            "snip.convert(model, plan) first, then plan.apply(model) to switch")
         table = self.resolve(model)
         applied = {}
         for name, module in converted:
@@ -312,15 +313,15 @@ def _loads(text: str, what: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
-        raise ValueError(f"{what} is not valid JSON: line {e.lineno}, column {e.colno}: "
-                         f"{e.msg}") from None
+        raise UserError(f"{what} is not valid JSON: line {e.lineno}, column {e.colno}: "
+                        f"{e.msg}") from None
 
 
 def _candidate_names(model: nn.Module | None, linear_names: Iterable[str] | None) -> list[str]:
     if linear_names is not None:
         return list(linear_names)
     if model is None:
-        raise ValueError("resolve needs a model or linear_names")
+        raise UserError("resolve needs a model or linear_names")
     return list(cost.linear_layers(model, include_head=True))
 
 

@@ -38,6 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from snip.errors import MissingFileError, UserError
 from snip.formats import QuantSpec, get_spec
 
 SpeedKey = int | str
@@ -53,13 +54,13 @@ class ThroughputProfile:
 
     def __post_init__(self) -> None:
         if not self.name:
-            raise ValueError("a throughput profile needs a non-empty name")
+            raise UserError("a throughput profile needs a non-empty name")
         speeds = {16: 1.0}
         for key, value in self.relative_speed.items():
             speeds[_parse_key(key, self.name)] = _parse_speed(key, value, self.name)
         if speeds[16] != 1.0:
-            raise ValueError(f"profile {self.name!r}: speeds are relative to bf16, so 16-bit "
-                             f"must be 1.0 (got {speeds[16]}); divide every entry by it")
+            raise UserError(f"profile {self.name!r}: speeds are relative to bf16, so 16-bit "
+                            f"must be 1.0 (got {speeds[16]}); divide every entry by it")
         object.__setattr__(self, "relative_speed", speeds)
 
     def speed(self, spec: QuantSpec | str) -> float:
@@ -69,10 +70,10 @@ class ThroughputProfile:
             if key in self.relative_speed:
                 return self.relative_speed[key]
         keys = ", ".join(str(k) for k in self.relative_speed)
-        raise ValueError(f"profile {self.name!r} has no speed for {spec.name!r} (element "
-                         f"{spec.element.name}, {spec.bits} bits); add one of these keys: "
-                         f"{spec.name!r}, {spec.element.name!r} or {spec.bits}.  "
-                         f"Known keys: {keys}")
+        raise UserError(f"profile {self.name!r} has no speed for {spec.name!r} (element "
+                        f"{spec.element.name}, {spec.bits} bits); add one of these keys: "
+                        f"{spec.name!r}, {spec.element.name!r} or {spec.bits}.  "
+                        f"Known keys: {keys}")
 
     def to_dict(self) -> dict:
         speeds = {str(k): v for k, v in self.relative_speed.items()}
@@ -82,8 +83,8 @@ class ThroughputProfile:
     def from_dict(cls, data: Mapping) -> ThroughputProfile:
         unknown = set(data) - {"name", "relative_speed", "source"}
         if unknown or "relative_speed" not in data:
-            raise ValueError(f"a profile needs keys name, relative_speed (and optional source); "
-                             f"got {sorted(data)}")
+            raise UserError(f"a profile needs keys name, relative_speed (and optional source); "
+                            f"got {sorted(data)}")
         return cls(name=data.get("name", "custom"), relative_speed=data["relative_speed"],
                    source=data.get("source", ""))
 
@@ -91,30 +92,30 @@ class ThroughputProfile:
     def from_json(cls, path: str | Path) -> ThroughputProfile:
         path = Path(path)
         if not path.is_file():
-            raise FileNotFoundError(f"throughput profile file not found: {path}")
+            raise MissingFileError(f"throughput profile file not found: {path}")
         try:
             return cls.from_dict(json.loads(path.read_text()))
         except json.JSONDecodeError as e:
-            raise ValueError(f"profile file {path} is not valid JSON: line {e.lineno}, "
-                             f"column {e.colno}: {e.msg}") from None
+            raise UserError(f"profile file {path} is not valid JSON: line {e.lineno}, "
+                            f"column {e.colno}: {e.msg}") from None
 
 
 def _parse_key(key: object, profile: str) -> SpeedKey:
     if isinstance(key, bool):
-        raise ValueError(f"profile {profile!r}: bad key {key!r}")
+        raise UserError(f"profile {profile!r}: bad key {key!r}")
     if isinstance(key, int) or (isinstance(key, str) and key.isdigit()):
         return int(key)
     if isinstance(key, str) and key:
         return key.lower()
-    raise ValueError(f"profile {profile!r}: key {key!r} must be a bit width, an element name or "
-                     f"a preset name")
+    raise UserError(f"profile {profile!r}: key {key!r} must be a bit width, an element name or "
+                    f"a preset name")
 
 
 def _parse_speed(key: object, value: object, profile: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not (
             math.isfinite(value) and value > 0):
-        raise ValueError(f"profile {profile!r}: speed for {key!r} must be a positive number, "
-                         f"got {value!r}")
+        raise UserError(f"profile {profile!r}: speed for {key!r} must be a positive number, "
+                        f"got {value!r}")
     return float(value)
 
 
@@ -152,5 +153,5 @@ def get_profile(profile: ThroughputProfile | str | Path | Mapping) -> Throughput
         return PROFILES[profile.lower()]
     if isinstance(profile, Path) or (isinstance(profile, str) and profile.endswith(".json")):
         return ThroughputProfile.from_json(profile)
-    raise ValueError(f"unknown throughput profile {profile!r}; valid: {', '.join(PROFILES)}, "
-                     f"a dict, or a path to a .json file")
+    raise UserError(f"unknown throughput profile {profile!r}; valid: {', '.join(PROFILES)}, "
+                    f"a dict, or a path to a .json file")

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from snip.errors import UserError
 from snip.formats import is_fp4
 from snip.planner.problem import Problem, infeasible_message
 from snip.sensitivity.table import SensitivityTable
@@ -67,8 +68,8 @@ class Method(enum.Enum):
         try:
             return cls(value)
         except ValueError:
-            raise ValueError(f"unknown planning method {value!r}; valid methods: "
-                             f"{', '.join(m.value for m in cls)}") from None
+            raise UserError(f"unknown planning method {value!r}; valid methods: "
+                            f"{', '.join(m.value for m in cls)}") from None
 
     @property
     def matched(self) -> bool:
@@ -145,8 +146,8 @@ def order_min_rel_err(problem: Problem, table: SensitivityTable) -> list[int]:
     for name, gemms in problem.units:
         errs = table.layers[name].rel_err.get(low)
         if not errs:
-            raise ValueError(f"layer {name!r} has no relative quantization error for {low!r} in "
-                             f"the sensitivity table; min_rel_err needs the statistics pass")
+            raise UserError(f"layer {name!r} has no relative quantization error for {low!r} in "
+                            f"the sensitivity table; min_rel_err needs the statistics pass")
         scores.append(sum(errs[op] for g in gemms for op in _OPERANDS[g]))
     return sorted(range(len(scores)), key=lambda u: (scores[u], u))
 
@@ -269,7 +270,7 @@ def matched_fill(problem: Problem, order: list[int], target: Target) -> tuple[np
             choice[u] = low
             exact = False
     if problem.violations(choice):
-        raise ValueError(infeasible_message(problem))
+        raise UserError(infeasible_message(problem))
     return choice, exact
 
 
@@ -295,7 +296,7 @@ def baseline_order(problem: Problem, method: Method, table: SensitivityTable,
         Method.MIN_REL_ERR: lambda: order_min_rel_err(problem, table),
         Method.RANDOM: lambda: order_random(problem, seed)}
     if method not in orders:
-        raise ValueError(f"method {method.value!r} is not an order-based baseline")
+        raise UserError(f"method {method.value!r} is not an order-based baseline")
     return orders[method]()
 
 
@@ -303,7 +304,7 @@ def solve_uniform(problem: Problem) -> np.ndarray:
     low, _ = low_high(problem)
     choice = np.full(len(problem.units), low)
     if problem.violations(choice):
-        raise ValueError(infeasible_message(problem))
+        raise UserError(infeasible_message(problem))
     return choice
 
 

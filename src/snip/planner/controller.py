@@ -46,6 +46,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from snip.errors import UserError
 from snip.plan import PrecisionPlan
 from snip.planner.baselines import Method
 from snip.planner.problem import DEFAULT_CANDIDATES, Budget
@@ -145,17 +146,17 @@ class Controller:
 
     def __post_init__(self) -> None:
         if isinstance(self.every, bool) or not isinstance(self.every, int) or self.every < 1:
-            raise ValueError(f"precision.every={self.every!r} must be an integer >= 1 (re-plan "
-                             f"every N steps)")
+            raise UserError(f"precision.every={self.every!r} must be an integer >= 1 (re-plan "
+                            f"every N steps)")
         if self.warmup is None:
             self.warmup = self.every
         if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 1:
-            raise ValueError(f"precision.warmup={self.warmup!r} must be an integer >= 1 (plans "
+            raise UserError(f"precision.warmup={self.warmup!r} must be an integer >= 1 (plans "
                              f"need one optimizer step of AdamW state)")
         if self.micro_batches is not None:
             self.calib_batches = self.micro_batches
         if not 0 <= self.ema_decay < 1:
-            raise ValueError(f"ema_decay={self.ema_decay!r} must be in [0, 1) (0: no averaging "
+            raise UserError(f"ema_decay={self.ema_decay!r} must be in [0, 1) (0: no averaging "
                              f"across cycles)")
         self.budget = Budget.of(self.budget)
         self.method = Method.parse(self.method)
@@ -166,7 +167,7 @@ class Controller:
                 normalization=self.normalization, terms=self.terms,
                 propagation=self.propagation, step_tokens=self.step_tokens, seed=self.seed)
         except ValueError as e:
-            raise ValueError(f"precision: {e}".replace("micro_batches", "calib_batches")
+            raise UserError(f"precision: {e}".replace("micro_batches", "calib_batches")
                              .replace("rows=", "calib_rows=")) from None
 
     def due(self, step: int) -> bool:

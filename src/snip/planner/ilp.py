@@ -27,6 +27,7 @@ import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_matrix, csr_matrix
 
+from snip.errors import UserError
 from snip.planner.problem import Problem, infeasible_message
 
 _TIGHTEN = (0.0, 1e-9, 1e-7, 1e-5)  # rhs margins tried when HiGHS' tolerance lands just outside
@@ -345,11 +346,11 @@ def solve_ilp(problem: Problem, *, time_limit: float = 60.0, use_dp: bool = True
     """
     if problem.violations(problem.fp4.argmax(1)) and problem.budget.fp4_fraction is not None \
             and problem.budget.relative_time is None and problem.budget.memory_bytes is None:
-        raise ValueError(infeasible_message(problem))  # fast path: even all-FP4 falls short
+        raise UserError(infeasible_message(problem))  # fast path: even all-FP4 falls short
     cols = _Columns.of(problem)
     if not len(cols.unit):
         if problem.violations(cols.base):
-            raise ValueError(infeasible_message(problem))
+            raise UserError(infeasible_message(problem))
         return cols.base
     # Ties between formats of equal cost go to the earlier candidate (a tiny lexicographic
     # nudge, far below any real divergence difference).
@@ -364,7 +365,7 @@ def solve_ilp(problem: Problem, *, time_limit: float = 60.0, use_dp: bool = True
     if knapsack is not None:
         y = _solve_knapsack_dp(c, *knapsack)
         if y is None:
-            raise ValueError(infeasible_message(problem))
+            raise UserError(infeasible_message(problem))
         choice = cols.choice(y.astype(float))
         if not problem.violations(choice):
             return choice
@@ -375,11 +376,11 @@ def solve_ilp(problem: Problem, *, time_limit: float = 60.0, use_dp: bool = True
                    constraints=[*_at_most_one_move(cols), *_budget_rows(problem, cols, margin)],
                    options={"time_limit": time_limit, "mip_rel_gap": 1e-9, "presolve": False})
         if res.x is None:
-            raise ValueError(infeasible_message(problem))
+            raise UserError(infeasible_message(problem))
         choice = cols.choice(res.x)
         if not problem.violations(choice):
             return choice
-    raise ValueError(infeasible_message(problem))
+    raise UserError(infeasible_message(problem))
 
 
 def solve_milp_only(problem: Problem) -> np.ndarray:
@@ -391,7 +392,7 @@ def solve_brute_force(problem: Problem) -> np.ndarray:
     """Exhaustive reference for tiny problems (``k ** n`` assignments)."""
     n, k = problem.cost.shape
     if k**n > 2_000_000:
-        raise ValueError(f"brute force over {k}^{n} assignments is too large; use solve_ilp")
+        raise UserError(f"brute force over {k}^{n} assignments is too large; use solve_ilp")
     best, best_cost = None, np.inf
     for combo in itertools.product(range(k), repeat=n):
         choice = np.array(combo)
@@ -399,7 +400,7 @@ def solve_brute_force(problem: Problem) -> np.ndarray:
         if cost < best_cost - 1e-12 and not problem.violations(choice):
             best, best_cost = choice, cost
     if best is None:
-        raise ValueError(infeasible_message(problem))
+        raise UserError(infeasible_message(problem))
     return best
 
 

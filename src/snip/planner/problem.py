@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from snip.errors import UserError
 from snip.formats import get_spec, is_fp4
 from snip.plan.profiles import ThroughputProfile, get_profile
 from snip.sensitivity.estimate import DEFAULT_CANDIDATES
@@ -42,15 +43,15 @@ class Budget:
 
     def __post_init__(self) -> None:
         if self.fp4_fraction is None and self.relative_time is None:
-            raise ValueError("a budget needs fp4_fraction (e.g. 0.75) or relative_time "
-                             "(e.g. 0.5 of all-BF16 GEMM time)")
+            raise UserError("a budget needs fp4_fraction (e.g. 0.75) or relative_time "
+                            "(e.g. 0.5 of all-BF16 GEMM time)")
         for name in ("fp4_fraction", "relative_time"):
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)
                                   or not 0.0 <= v <= 1.0):
-                raise ValueError(f"budget {name}={v!r} must be a number in [0, 1]")
+                raise UserError(f"budget {name}={v!r} must be a number in [0, 1]")
         if self.memory_bytes is not None and not self.memory_bytes > 0:
-            raise ValueError(f"budget memory_bytes={self.memory_bytes!r} must be > 0")
+            raise UserError(f"budget memory_bytes={self.memory_bytes!r} must be > 0")
         if self.stages is not None:
             object.__setattr__(self, "stages", tuple(tuple(s) for s in self.stages))
         object.__setattr__(self, "profile", get_profile(self.profile))
@@ -132,18 +133,18 @@ def check_candidates(table: SensitivityTable, candidates: Sequence[str] | None,
     """Validate the candidate set against the table and the budget."""
     cands = tuple(get_spec(c).name for c in (candidates or _default_candidates(table)))
     if not cands:
-        raise ValueError("candidates is empty; pass e.g. ('fp8_e4m3_tile128', 'fp4_e2m1_tile128')")
+        raise UserError("candidates is empty; pass e.g. ('fp8_e4m3_tile128', 'fp4_e2m1_tile128')")
     if len(set(cands)) != len(cands):
-        raise ValueError(f"candidates {cands} contain duplicates")
+        raise UserError(f"candidates {cands} contain duplicates")
     missing = [c for c in cands if c not in table.candidates]
     if missing:
-        raise ValueError(f"candidate {missing[0]!r} was not measured in the sensitivity table "
-                         f"(measured: {', '.join(table.candidates)}); re-run the statistics "
-                         f"with it or drop it from candidates")
+        raise UserError(f"candidate {missing[0]!r} was not measured in the sensitivity table "
+                        f"(measured: {', '.join(table.candidates)}); re-run the statistics "
+                        f"with it or drop it from candidates")
     if budget.fp4_fraction and not any(is_fp4(c) for c in cands):
-        raise ValueError(f"an FP4-FLOP budget of {budget.fp4_fraction} needs a 4-bit candidate, "
-                         f"but candidates are {', '.join(cands)}; add e.g. 'fp4_e2m1_tile128' "
-                         f"or 'nvfp4'")
+        raise UserError(f"an FP4-FLOP budget of {budget.fp4_fraction} needs a 4-bit candidate, "
+                        f"but candidates are {', '.join(cands)}; add e.g. 'fp4_e2m1_tile128' "
+                        f"or 'nvfp4'")
     return cands
 
 
@@ -160,16 +161,16 @@ def _stage_index(names: Sequence[str], stages: tuple[tuple[str, ...], ...] | Non
     for k, members in enumerate(stages):
         for n in members:
             if n in where:
-                raise ValueError(f"layer {n!r} is in pipeline stages {where[n]} and {k}; "
-                                 f"each layer belongs to exactly one stage")
+                raise UserError(f"layer {n!r} is in pipeline stages {where[n]} and {k}; "
+                                f"each layer belongs to exactly one stage")
             where[n] = k
     missing = [n for n in names if n not in where]
     if missing:
-        raise ValueError(f"layer {missing[0]!r} is in no pipeline stage ({len(missing)} such "
-                         f"layers); every table layer must be listed in budget.stages")
+        raise UserError(f"layer {missing[0]!r} is in no pipeline stage ({len(missing)} such "
+                        f"layers); every table layer must be listed in budget.stages")
     unknown = [n for n in where if n not in set(names)]
     if unknown:
-        raise ValueError(f"pipeline stage lists {unknown[0]!r}, which is not in the table")
+        raise UserError(f"pipeline stage lists {unknown[0]!r}, which is not in the table")
     return np.array([where[n] for n in names], dtype=int)
 
 
@@ -210,8 +211,8 @@ def build_problem(table: SensitivityTable, budget: Budget | float, *,
     stage_of = dict(zip(table.layers, stage, strict=True))
     cost = np.array(rows_cost, dtype=float)
     if not np.all(np.isfinite(cost)):
-        raise ValueError("the sensitivity table has non-finite divergences; re-run statistics "
-                         "(a NaN/inf usually means the high-precision step itself diverged)")
+        raise UserError("the sensitivity table has non-finite divergences; re-run statistics "
+                        "(a NaN/inf usually means the high-precision step itself diverged)")
     return Problem(units=tuple(groups), candidates=cands, cost=cost, flops=flops,
                    fp4=flops[:, None] * fp4_mask[None, :], time=flops[:, None] / speed[None, :],
                    mem=np.array(rows_mem), stage=np.array([stage_of[n] for n in names]),

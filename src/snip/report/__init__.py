@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from snip.errors import UserError
 from snip.report.compare import config_diff, group_repeats, pick_baseline
 from snip.report.html import Section, page, sections, summary
 from snip.report.plots import all_plots
@@ -31,14 +32,14 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path | None = None, 
     returns the HTML path.  ``baseline`` (a run name or path) is what differences are taken
     from; ``extra_sections`` (e.g. the `snip compare` table) open the page."""
     if not run_dirs:
-        raise ValueError("give at least one run directory")
+        raise UserError("give at least one run directory")
     runs = [load_run(d) for d in run_dirs]
     names = [r.name for r in runs]
     if len(set(names)) < len(names):
-        raise ValueError(f"run names must differ to be told apart: {', '.join(names)}")
+        raise UserError(f"run names must differ to be told apart: {', '.join(names)}")
     if out is None:
         if len(runs) > 1:
-            raise ValueError("comparing several runs needs --out DIR")
+            raise UserError("comparing several runs needs --out DIR")
         out = runs[0].path
     out = Path(out)
     labels = {r.name: precision_label(r) for r in runs}

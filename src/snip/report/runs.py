@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from snip.errors import MissingFileError, UserError
 from snip.nn.specs import GEMM_NAMES
 
 GEMMS = GEMM_NAMES
@@ -66,13 +67,18 @@ def load_run(path: str | Path) -> RunData:
     path = Path(path)
     metrics = path / "metrics.jsonl"
     if not metrics.is_file():
-        raise FileNotFoundError(f"{path} is not a run directory (no metrics.jsonl)")
-    events = []
-    for line in metrics.read_text().splitlines():
+        raise MissingFileError(f"{path} is not a run directory (no metrics.jsonl)")
+    events, lines = [], metrics.read_text(errors="replace").splitlines()
+    for line in lines:
         try:
-            events.append(json.loads(line))
+            event = json.loads(line)
         except json.JSONDecodeError:
             continue  # a torn last line of a killed run
+        if isinstance(event, dict) and isinstance(event.get("step"), int | float):
+            events.append(event)  # anything else is not one of our events
+    if lines and not events:
+        raise UserError(f"{metrics} holds no snip metrics events (each line must be a JSON "
+                        "object with an 'event' and a 'step'); is it a metrics.jsonl?")
     series: dict[str, Series] = {}
     for e in events:
         for (kind, key), name in _SERIES.items():

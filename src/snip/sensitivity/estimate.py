@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from snip.errors import UserError
 from snip.formats import QuantSpec, get_spec, quantize
 from snip.nn.specs import Gemm
 from snip.plan.cost import gemm_flops, linear_layers
@@ -109,21 +110,21 @@ class SensitivityConfig:
         object.__setattr__(self, "terms", Terms(self.terms))
         object.__setattr__(self, "propagation", Propagation(self.propagation))
         if not self.candidates:
-            raise ValueError("SensitivityConfig.candidates is empty; give at least one preset")
+            raise UserError("SensitivityConfig.candidates is empty; give at least one preset")
         if isinstance(self.micro_batches, bool) or not isinstance(self.micro_batches, int) \
                 or self.micro_batches < 1:
-            raise ValueError(f"micro_batches={self.micro_batches!r} must be a positive int")
+            raise UserError(f"micro_batches={self.micro_batches!r} must be a positive int")
         if isinstance(self.noise_groups, bool) or not isinstance(self.noise_groups, int) \
                 or self.noise_groups < 1:
-            raise ValueError(f"noise_groups={self.noise_groups!r} must be a positive int (forward "
+            raise UserError(f"noise_groups={self.noise_groups!r} must be a positive int (forward "
                              "noise passes per micro-batch; more passes = fewer cross terms)")
         for name in ("rows", "step_tokens"):
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-                raise ValueError(f"{name}={v!r} must be a positive int or None")
+                raise UserError(f"{name}={v!r} must be a positive int or None")
         if not 0 < self.noise_scale < 1:
-            raise ValueError(f"noise_scale={self.noise_scale!r} must be in (0, 1); "
-                             "0.05 (5% of each operand's RMS) is a good default")
+            raise UserError(f"noise_scale={self.noise_scale!r} must be in (0, 1); "
+                            "0.05 (5% of each operand's RMS) is a good default")
 
 
 class _Sums:
@@ -374,7 +375,7 @@ def measure(model: nn.Module, batch_fn: BatchFn, *, optimizer=None,
     names = list(layers) if layers is not None else list(all_linear)
     missing = [n for n in names if n not in all_linear]
     if missing:
-        raise ValueError(f"{missing[0]!r} is not a linear layer of this model")
+        raise UserError(f"{missing[0]!r} is not a linear layer of this model")
     device = next(model.parameters()).device
     gen = torch.Generator(device="cpu").manual_seed(cfg.seed)
     # Stochastic rounding draws on the operands' device; on CPU both streams are one generator.

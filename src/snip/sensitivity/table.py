@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from snip.errors import MissingFileError, UserError
 from snip.nn.specs import GEMM_NAMES, Gemm
 
 TABLE_VERSION = 1
@@ -118,8 +119,8 @@ class LayerEntry:
         try:
             return self.metrics[g][candidate]
         except KeyError:
-            raise ValueError(f"sensitivity table has no {g} metric for candidate {candidate!r}; "
-                             f"measured candidates: {sorted(self.metrics.get(g, {}))}") from None
+            raise UserError(f"sensitivity table has no {g} metric for candidate {candidate!r}; "
+                            f"measured candidates: {sorted(self.metrics.get(g, {}))}") from None
 
     @property
     def params(self) -> int:
@@ -140,8 +141,8 @@ class LayerEntry:
                                 for g in GEMMS},
                        rel_err=dict(d.get("rel_err", {})), stats=dict(d.get("stats", {})))
         except (KeyError, TypeError) as e:
-            raise ValueError(f"sensitivity table layer {name!r} is malformed (missing {e}); "
-                             f"regenerate it with this version of snip") from None
+            raise UserError(f"sensitivity table layer {name!r} is malformed (missing {e}); "
+                            f"regenerate it with this version of snip") from None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -162,13 +163,13 @@ class SensitivityTable:
         object.__setattr__(self, "normalization", Normalization(self.normalization))
         object.__setattr__(self, "terms", Terms(self.terms))
         if not self.layers:
-            raise ValueError("a sensitivity table needs at least one layer")
+            raise UserError("a sensitivity table needs at least one layer")
         for name, entry in self.layers.items():
             for c in self.candidates:
                 for g in GEMMS:
                     entry.metric(g, c)  # raises naming the missing candidate
             if set(entry.flops) != set(GEMMS):
-                raise ValueError(f"layer {name!r}: flops must have keys {GEMMS}")
+                raise UserError(f"layer {name!r}: flops must have keys {GEMMS}")
 
     @property
     def names(self) -> list[str]:
@@ -193,8 +194,8 @@ class SensitivityTable:
     @classmethod
     def from_dict(cls, d: Mapping) -> SensitivityTable:
         if d.get("version") != TABLE_VERSION:
-            raise ValueError(f"unsupported sensitivity table version {d.get('version')!r}; "
-                             f"this snip reads version {TABLE_VERSION}")
+            raise UserError(f"unsupported sensitivity table version {d.get('version')!r}; "
+                            f"this snip reads version {TABLE_VERSION}")
         loss = d.get("loss")
         return cls(candidates=tuple(d["candidates"]), tokens=int(d.get("tokens", 1)),
                    loss=float("nan") if loss is None else float(loss), step=d.get("step"),
@@ -207,11 +208,14 @@ class SensitivityTable:
     def from_json(cls, source: str | Path) -> SensitivityTable:
         path = Path(source)
         if not path.is_file():
-            raise FileNotFoundError(f"sensitivity table not found: {path}")
+            raise MissingFileError(f"sensitivity table not found: {path}")
         try:
-            return cls.from_dict(json.loads(path.read_text()))
+            data = json.loads(path.read_text())
         except json.JSONDecodeError as e:
-            raise ValueError(f"{path} is not valid JSON: {e}") from None
+            raise UserError(f"{path} is not valid JSON: {e}") from None
+        if not isinstance(data, dict):
+            raise UserError(f"{path} must hold a JSON object, not {type(data).__name__}")
+        return cls.from_dict(data)
 
 
 def _finite_or_none(x: float) -> float | None:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from snip.data import TokenDataset
+from snip.errors import UserError
 from snip.train.config import DataSection
 
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -44,10 +45,10 @@ def open_data(cfg: DataSection, seed: int) -> Batches:
     from snip.data import load_dataset
 
     ds = load_dataset(cfg.path or None, tokenizer=cfg.tokenizer, val_fraction=cfg.val_fraction,
-                      seed=seed)
+                      seed=seed, allow_binary=cfg.allow_binary, vocab_size=cfg.vocab_size or None)
     if len(ds.train) == 0 or len(ds.val) == 0:
-        raise ValueError(f"data.path {cfg.path or '(embedded corpus)'!r} gives an empty train or "
-                         "validation split (empty corpus?); add text or lower data.val_fraction")
+        raise UserError(f"data.path {cfg.path or '(embedded corpus)'!r} gives an empty train or "
+                        "validation split (empty corpus?); add text or lower data.val_fraction")
     return Batches(dataset=ds, vocab_size=ds.vocab_size, tokenizer=_tokenizer_id(ds))
 
 

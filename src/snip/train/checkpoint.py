@@ -23,10 +23,20 @@ leaves either the old set of checkpoints or the new one, never a half-written ``
 Leftover temporary directories are ignored and cleaned up by the next save. Loading verifies the
 manifest, so a checkpoint damaged later (disk full, copied halfway) is reported by name together
 with the newest older checkpoint that is still good.
+
+Re-saving a step that exists (a resumed run reaching a step it had saved before) needs two
+renames: ``step_<N>`` -> ``.old-step_<N>-<pid>``, then ``.tmp-...`` -> ``step_<N>``. A kill
+between them leaves both copies hidden, so `find` (what ``--resume`` uses) first calls `recover`:
+a hidden copy of a missing step whose manifest verifies, left by a process that is no longer
+alive, is renamed back into place (the new ``.tmp-`` copy preferred over the ``.old-`` one).
+
+A full disk while saving removes the partial temporary directory and raises a one-line
+`CheckpointError` naming the file and the space needed; the earlier checkpoints are untouched.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -43,7 +53,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 from torch import nn
 
-from snip.errors import UserError
+from snip.errors import MissingFileError, UserError
 
 PREFIX = "step_"
 # Test hook: "STEP:SECONDS" sleeps inside the write of checkpoint STEP (after the weights are
@@ -143,6 +153,39 @@ def save(root: Path, step: int, *, model: nn.Module, optimizer: torch.optim.Opti
     final = step_dir(root, step)
     tmp = root / f".tmp-{final.name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        _write(tmp, step, model=model, optimizer=optimizer, plan=plan, config_toml=config_toml,
+               meta=meta, controller=controller, writeback=writeback)
+    except (OSError, RuntimeError, SafetensorError) as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        needed = _estimate_bytes(model, optimizer)
+        # torch.save and safetensors report a full disk as RuntimeError/SafetensorError
+        full = getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or (
+            not isinstance(e, OSError) and shutil.disk_usage(root).free < needed)
+        if not full:
+            raise
+        raise CheckpointError(
+            f"no space left on device writing checkpoint {final} "
+            f"({getattr(e, 'filename', None) or tmp}; the "
+            f"checkpoint needs about {needed:,} bytes); earlier "
+            "checkpoints are intact: free some space and continue with --resume") from None
+    _replace_dir(tmp, final)
+    _fsync(root)
+    _cleanup(root, keep)
+    return final
+
+
+def _estimate_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
+    weights = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    states = sum(v.numel() * v.element_size() for s in optimizer.state.values()
+                 for v in s.values() if isinstance(v, torch.Tensor))
+    return weights + states
+
+
+def _write(tmp: Path, step: int, *, model: nn.Module, optimizer: torch.optim.Optimizer,
+           plan: dict[str, Any], config_toml: str, meta: dict[str, Any],
+           controller: dict[str, Any] | None, writeback: dict[str, Any] | None) -> None:
+    """Every file of a checkpoint into ``tmp``, meta.json (the manifest) last, all fsynced."""
     tmp.mkdir()
     save_model(model, str(tmp / "model.safetensors"))
     _maybe_pause(step)
@@ -161,10 +204,6 @@ def save(root: Path, step: int, *, model: nn.Module, optimizer: torch.optim.Opti
     for p in tmp.iterdir():
         _fsync(p)
     _fsync(tmp)
-    _replace_dir(tmp, final)
-    _fsync(root)
-    _cleanup(root, keep)
-    return final
 
 
 def _replace_dir(tmp: Path, final: Path) -> None:
@@ -227,18 +266,62 @@ def _previous_hint(path: Path) -> str:
     return "; no older good checkpoint exists"
 
 
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return False  # our own leftovers from an earlier run in this process
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def recover(root: Path) -> list[Path]:
+    """Put back checkpoints left hidden by a kill between the two renames of a re-save.
+
+    For every step whose ``step_<N>`` is missing but which has a hidden ``.tmp-``/``.old-``
+    copy from a dead process with a verified manifest, rename that copy into place (the newer
+    ``.tmp-`` first). Returns the recovered directories."""
+    if not root.is_dir():
+        return []
+    recovered = []
+    candidates = sorted((p for p in root.iterdir() if p.is_dir() and p.name.startswith(
+        (".tmp-", ".old-"))), key=lambda p: not p.name.startswith(".tmp-"))
+    for hidden in candidates:
+        kind, rest = hidden.name[1:].split("-", 1)
+        name, _, pid = rest.rpartition("-")
+        if not (name.startswith(PREFIX) and pid.isdigit()) or _alive(int(pid)):
+            continue
+        final = root / name
+        if final.exists():
+            continue
+        try:
+            _check(hidden)
+        except CheckpointError:
+            continue
+        os.replace(hidden, final)
+        _fsync(root)
+        recovered.append(final)
+    return recovered
+
+
 def find(path: Path, flag: str = "--resume") -> Path:
     """A checkpoint directory from a run directory (its newest checkpoint) or a checkpoint;
-    errors name ``flag``, the option that gave the path."""
+    errors name ``flag``, the option that gave the path.
+
+    Hidden complete copies left by a killed re-save are recovered first (`recover`)."""
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"{flag}: {path} does not exist")
+        raise MissingFileError(f"{flag}: {path} does not exist")
     if (path / "meta.json").is_file() or path.name.startswith(PREFIX):
         return path
+    recover(path / "checkpoints")
     found = list_checkpoints(path / "checkpoints")
     if not found:
-        raise FileNotFoundError(f"{flag}: {path} has no checkpoints (expected "
-                                f"{path / 'checkpoints'}/{PREFIX}<N>)")
+        raise MissingFileError(f"{flag}: {path} has no checkpoints (expected "
+                               f"{path / 'checkpoints'}/{PREFIX}<N>)")
     return found[-1]
 
 

@@ -4,7 +4,7 @@ A run is described by one `Config`, a tree of small frozen sections::
 
     Config(model=ModelSection, data=DataSection, train=TrainSection,
            precision=PrecisionSection, run=RunSection, log=LogSection,
-           writeback=WritebackSection, seed=int)
+           writeback=WritebackSection, dist=DistSection, seed=int)
 
 Every leaf has a dotted key (``train.steps``, ``precision.preset``; the one top-level leaf is
 ``seed``) and a help string in its field metadata. The same keys are used three ways, so they
@@ -16,14 +16,16 @@ can never drift apart:
   ``--resume`` reads back.
 
 A misspelt key in either place is an error that names the closest valid key. Each section
-validates itself in ``__post_init__`` and raises ``ValueError`` naming the dotted key.
+validates itself in ``__post_init__`` and raises `snip.UserError` naming the dotted key.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import math
+import re
 import time
 import tomllib
 import typing
@@ -32,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from snip.errors import MissingFileError, UserError, disk_error
 from snip.optim import Policy, WritebackConfig
 from snip.train.schedule import Shape
 
@@ -44,6 +47,9 @@ HISTORY = "history"  # the config.toml array of settings changed by --resume
 RESUMABLE = ("train.steps", "train.eval_every", "train.eval_batches", "train.ckpt_every",
              "train.keep_checkpoints", "train.threads", "train.device", "train.skip_nonfinite",
              "log.every", "log.progress", "log.tensorboard")
+FLOAT32_MAX = 3.4028234663852886e38
+DEVICE_PATTERN = r"auto|cpu|mps|cuda(:\d+)?"
+SEED_LIMIT = 2**32  # numpy's seeds are 32-bit
 
 
 def opt(default: Any, help: str, **kw: Any) -> Any:
@@ -55,17 +61,17 @@ def opt(default: Any, help: str, **kw: Any) -> Any:
 
 def _positive(key: str, value: float) -> None:
     if isinstance(value, bool) or not value > 0:
-        raise ValueError(f"{key} must be > 0, got {value!r}")
+        raise UserError(f"{key} must be > 0, got {value!r}")
 
 
 def _non_negative(key: str, value: float) -> None:
     if isinstance(value, bool) or not value >= 0:
-        raise ValueError(f"{key} must be >= 0, got {value!r}")
+        raise UserError(f"{key} must be >= 0, got {value!r}")
 
 
 def _choice(key: str, value: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
-        raise ValueError(f"{key} must be one of {', '.join(choices)}; got {value!r}")
+        raise UserError(f"{key} must be one of {', '.join(choices)}; got {value!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,8 +84,8 @@ class ModelSection:
         if self.name not in list_configs():
             close = difflib.get_close_matches(self.name, list_configs(), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise ValueError(f"model.name: unknown model {self.name!r}{hint} "
-                             f"(valid: {', '.join(list_configs())})")
+            raise UserError(f"model.name: unknown model {self.name!r}{hint} "
+                            f"(valid: {', '.join(list_configs())})")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,13 +96,18 @@ class DataSection:
     val_fraction: float = opt(0.05, "share of the corpus held out for validation")
     order_seed: int = opt(-1, "seed of the training batch order (-1: the run's seed); a branch "
                               "(--init-from) with another order_seed sees other batches")
+    allow_binary: bool = opt(False, "accept a text corpus that looks binary (NUL bytes or mostly "
+                                    "invalid UTF-8); by default such a file is refused")
+    vocab_size: int = opt(0, ".bin token files: the vocabulary size (0: the tokenizer's); every "
+                             "token id must be below it")
 
     def __post_init__(self) -> None:
         if not 0 < self.val_fraction < 1:
-            raise ValueError(f"data.val_fraction must be in (0, 1), got {self.val_fraction!r}")
+            raise UserError(f"data.val_fraction must be in (0, 1), got {self.val_fraction!r}")
+        _non_negative("data.vocab_size", self.vocab_size)
         if isinstance(self.order_seed, bool) or self.order_seed < -1:
-            raise ValueError(f"data.order_seed must be >= 0 (or -1: the run's seed), got "
-                             f"{self.order_seed!r}")
+            raise UserError(f"data.order_seed must be >= 0 (or -1: the run's seed), got "
+                            f"{self.order_seed!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -123,6 +134,8 @@ class TrainSection:
     keep_checkpoints: int = opt(2, "keep the last K checkpoints")
     skip_nonfinite: bool = opt(False, "skip (and count) a step with a non-finite loss or "
                                       "gradient instead of stopping")
+    max_skips: int = opt(10, "with train.skip_nonfinite: stop (keeping the last good "
+                             "checkpoint) when more than this many steps were skipped")
     device: str = opt("auto", "'auto' (cuda if available), 'cpu', 'cuda' or 'cuda:N'")
     threads: int = opt(0, "torch CPU threads (0: auto, half the cores: on a shared machine "
                           "oversubscribed threads slow small models down several times)")
@@ -131,17 +144,21 @@ class TrainSection:
         for name in ("steps", "batch_size", "seq_len", "grad_accum", "eval_every",
                      "eval_batches", "ckpt_every", "keep_checkpoints", "lr"):
             _positive(f"train.{name}", getattr(self, name))
-        for name in ("warmup_steps", "weight_decay", "grad_clip", "threads", "min_lr_ratio"):
+        for name in ("warmup_steps", "weight_decay", "grad_clip", "threads", "min_lr_ratio",
+                     "max_skips"):
             _non_negative(f"train.{name}", getattr(self, name))
         _choice("train.schedule", self.schedule, tuple(s.value for s in Shape))
         if self.min_lr_ratio > 1:
-            raise ValueError(f"train.min_lr_ratio must be <= 1, got {self.min_lr_ratio}")
+            raise UserError(f"train.min_lr_ratio must be <= 1, got {self.min_lr_ratio}")
         for name in ("beta1", "beta2"):
             if not 0 <= getattr(self, name) < 1:
-                raise ValueError(f"train.{name} must be in [0, 1), got {getattr(self, name)}")
+                raise UserError(f"train.{name} must be in [0, 1), got {getattr(self, name)}")
         if self.batch_size % self.grad_accum:
-            raise ValueError(f"train.batch_size={self.batch_size} must be divisible by "
-                             f"train.grad_accum={self.grad_accum}")
+            raise UserError(f"train.batch_size={self.batch_size} must be divisible by "
+                            f"train.grad_accum={self.grad_accum}")
+        if not re.fullmatch(DEVICE_PATTERN, self.device):
+            raise UserError(f"train.device must be auto, cpu, mps, cuda or cuda:N; "
+                            f"got {self.device!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -169,21 +186,21 @@ class PrecisionSection:
     def __post_init__(self) -> None:
         _choice("precision.mode", self.mode, ("fixed", "adaptive"))
         if self.preset and self.plan:
-            raise ValueError("give either precision.preset or precision.plan, not both")
+            raise UserError("give either precision.preset or precision.plan, not both")
         if self.preset:
             from snip.formats import get_spec
 
             try:
                 get_spec(self.preset)
             except (KeyError, ValueError) as e:
-                raise ValueError(f"precision.preset: {e}") from None
+                raise UserError(f"precision.preset: {e}") from None
         if not 0 <= self.budget <= 1:
-            raise ValueError(f"precision.budget must be in [0, 1], got {self.budget}")
+            raise UserError(f"precision.budget must be in [0, 1], got {self.budget}")
         _positive("precision.every", self.every)
         _positive("precision.calib_batches", self.calib_batches)
         _non_negative("precision.plan_seed", self.plan_seed)
         if isinstance(self.warmup, bool) or self.warmup < -1:
-            raise ValueError(f"precision.warmup must be >= 0 (or -1: automatic), got "
+            raise UserError(f"precision.warmup must be >= 0 (or -1: automatic), got "
                              f"{self.warmup!r}")
         if self.method != "ilp":  # the default needs no import of the planner (scipy)
             from snip.planner.baselines import Method
@@ -191,7 +208,7 @@ class PrecisionSection:
             try:
                 Method.parse(self.method)
             except ValueError as e:
-                raise ValueError(f"precision.method: {e}") from None
+                raise UserError(f"precision.method: {e}") from None
         if self.candidates:
             from snip.formats import get_spec
 
@@ -199,7 +216,7 @@ class PrecisionSection:
                 try:
                     get_spec(name)
                 except (KeyError, ValueError) as e:
-                    raise ValueError(f"precision.candidates: {e}") from None
+                    raise UserError(f"precision.candidates: {e}") from None
 
     @property
     def candidate_list(self) -> tuple[str, ...]:
@@ -215,8 +232,30 @@ class RunSection:
 
     def __post_init__(self) -> None:
         if "/" in self.name or self.name in (".", ".."):
-            raise ValueError(f"run.name must be a plain name, got {self.name!r} "
-                             "(use run.dir for the parent directory)")
+            raise UserError(f"run.name must be a plain name, got {self.name!r} "
+                            "(use run.dir for the parent directory)")
+        # Checked before anything is created: an existing file on the path is a user error.
+        for part in (Path(self.dir), *Path(self.dir).parents):
+            if part.exists():
+                if not part.is_dir():
+                    raise UserError(f"run.dir: {str(part)!r} is a file, not a directory; "
+                                    "choose another --run.dir")
+                break
+        if self.name and (Path(self.dir) / self.name).exists() \
+                and not (Path(self.dir) / self.name).is_dir():
+            raise UserError(f"run.name: {str(Path(self.dir) / self.name)!r} is a file, not a "
+                            "run directory; choose another --run.name")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DistSection:
+    timeout: float = opt(300.0, "seconds a rank waits in a collective (gradient all-reduce, "
+                                "barrier) before the run stops with an error: a hung or "
+                                "killed peer cannot block the others forever; must exceed the "
+                                "time rank 0 needs to save a checkpoint")
+
+    def __post_init__(self) -> None:
+        _positive("dist.timeout", self.timeout)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -261,11 +300,11 @@ class WritebackSection:
         if self.policy == "none":
             # Nothing is wrapped; reject the settings that would be silently ignored.
             if self.state_format:
-                raise ValueError("writeback.state_format needs a writeback.policy other than "
-                                 f"'none' (valid: {', '.join(WRITEBACK_POLICIES[1:])})")
+                raise UserError("writeback.state_format needs a writeback.policy other than "
+                                f"'none' (valid: {', '.join(WRITEBACK_POLICIES[1:])})")
             if self.mask:
-                raise ValueError("writeback.mask only applies to writeback.policy "
-                                 "'selective_master', not 'none'")
+                raise UserError("writeback.mask only applies to writeback.policy "
+                                "'selective_master', not 'none'")
         # The rules live in snip.optim.WritebackConfig, whose errors name the writeback.* key.
         self.to_config()
 
@@ -287,7 +326,12 @@ class Config:
     run: RunSection = opt(RunSection, "run directory")
     log: LogSection = opt(LogSection, "logging")
     writeback: WritebackSection = opt(WritebackSection, "write-back")
+    dist: DistSection = opt(DistSection, "distributed (torchrun)")
     seed: int = opt(1337, "seed of every random number generator")
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.seed < SEED_LIMIT:
+            raise UserError(f"seed must be in [0, 2**32), got {self.seed}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -324,12 +368,12 @@ def leaf_map() -> dict[str, Leaf]:
     return {leaf.key: leaf for leaf in leaves()}
 
 
-def unknown_key_error(key: str, where: str) -> ValueError:
-    """ValueError for a misspelt key, naming the closest valid one."""
+def unknown_key_error(key: str, where: str) -> UserError:
+    """UserError for a misspelt key, naming the closest valid one."""
     valid = list(leaf_map())
     close = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
     hint = f"; did you mean {close[0]!r}?" if close else ""
-    return ValueError(f"unknown {where} {key!r}{hint}")
+    return UserError(f"unknown {where} {key!r}{hint}")
 
 
 def coerce(key: str, value: Any, tp: type) -> Any:
@@ -350,16 +394,21 @@ def coerce(key: str, value: Any, tp: type) -> Any:
             except ValueError:
                 pass
     elif tp is float and not isinstance(value, bool):
+        number = None
         if isinstance(value, int | float):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value)
-            except ValueError:
-                pass
+            number = float(value)
+        elif isinstance(value, str):
+            with contextlib.suppress(ValueError):
+                number = float(value)
+        if number is not None:
+            # The model computes in float32: a larger value overflows to inf inside the run.
+            if not (math.isfinite(number) and abs(number) <= FLOAT32_MAX):
+                raise UserError(f"{key} must be a finite number within float32 range "
+                                f"(|x| <= {FLOAT32_MAX:.4g}), got {value!r}")
+            return number
     elif tp is str and isinstance(value, str):
         return value
-    raise ValueError(f"{key} expects {tp.__name__}, got {value!r}")
+    raise UserError(f"{key} expects {tp.__name__}, got {value!r}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -405,12 +454,12 @@ def _parse(text: str, where: str) -> dict[str, Any]:
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
-        raise ValueError(f"config file {where!r} is not valid TOML: {e}") from None
+        raise UserError(f"config file {where!r} is not valid TOML: {e}") from None
 
 
 def _read(path: Path) -> dict[str, Any]:
     if not path.is_file():
-        raise FileNotFoundError(f"config file {str(path)!r} not found")
+        raise MissingFileError(f"config file {str(path)!r} not found")
     return _parse(path.read_text(), str(path))
 
 
@@ -499,7 +548,11 @@ def to_dict(config: Config) -> dict[str, Any]:
 
 def write_toml(config: Config, path: str | Path,
                history: list[dict[str, Any]] | None = None) -> None:
-    Path(path).write_text(to_toml(config, history))
+    text = to_toml(config, history)
+    try:
+        Path(path).write_text(text)
+    except OSError as e:
+        raise disk_error(e, Path(path), len(text)) from None
 
 
 def load(path: str | Path) -> Config:
@@ -525,7 +578,7 @@ def resume_changes(saved: Config, new: Config, checkpoint: Path) -> dict[str, tu
     for key, (old, value) in diff.items():
         if key not in RESUMABLE:
             flag = f"--{key} {_toml_value(value)}"
-            raise ValueError(f"--resume cannot change {key} ({_toml_value(old)} -> "
+            raise UserError(f"--resume cannot change {key} ({_toml_value(old)} -> "
                              f"{_toml_value(value)}): the run would no longer match its own "
                              f"history; branch a new run instead: snip train --init-from "
                              f"{checkpoint} --run.name NEW {flag}")
@@ -543,7 +596,7 @@ def _precision_source(values: dict[str, Any], explicit: set[str]) -> None:
 def _saved_config(checkpoint_dir: Path) -> dict[str, Any]:
     saved = checkpoint_dir / "config.toml"
     if not saved.is_file():
-        raise FileNotFoundError(f"{checkpoint_dir} is not a snip checkpoint (no config.toml)")
+        raise MissingFileError(f"{checkpoint_dir} is not a snip checkpoint (no config.toml)")
     return read_toml(saved)
 
 
@@ -561,7 +614,7 @@ def from_sources(config_file: str | Path | None = None,
     from snip.train.checkpoint import find
 
     if resume is not None and init_from is not None:
-        raise ValueError("give either --resume (continue a run) or --init-from (branch a new "
+        raise UserError("give either --resume (continue a run) or --init-from (branch a new "
                          "run from a checkpoint), not both")
     values = read_toml(config_file) if config_file else {}
     values.update(overrides or {})

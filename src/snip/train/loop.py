@@ -51,10 +51,11 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from snip.errors import UserError
 from snip.models import ModelConfig, build_model, get_config
 from snip.nn import convert, qlinear_layers
 from snip.plan import PrecisionPlan, fp4_flop_fraction
-from snip.train import checkpoint, distributed
+from snip.train import checkpoint, distributed, rundir
 from snip.train import config as C
 from snip.train import writeback as wb
 from snip.train.batches import Batch, Batches, open_data
@@ -147,7 +148,7 @@ def pick_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"train.device={name!r} but CUDA is not available; use cpu or auto")
+        raise UserError(f"train.device={name!r} but CUDA is not available; use cpu or auto")
     return torch.device(name)
 
 
@@ -179,26 +180,31 @@ def order_seed(cfg: C.Config) -> int:
 
 
 class StopFlag:
-    """Set by SIGINT (Ctrl-C): the loop saves a checkpoint at the end of the step and exits.
-    A second Ctrl-C interrupts at once."""
+    """Set by SIGINT (Ctrl-C) or SIGTERM (what torchrun and schedulers send): the loop saves a
+    checkpoint at the end of the step and exits. A second signal interrupts at once -- unless
+    it comes within ``grace`` seconds of the first: torchrun forwards the terminal's Ctrl-C to
+    workers that already received it, and that echo must not cancel the save."""
 
-    def __init__(self) -> None:
+    def __init__(self, grace: float = 2.0) -> None:
         self.set = False
+        self.grace, self._first = grace, 0.0
         self._previous: Any = None
 
     def __enter__(self) -> StopFlag:
         with contextlib.suppress(ValueError):  # not the main thread: leave signals alone
-            self._previous = signal.signal(signal.SIGINT, self._handle)
+            self._previous = {s: signal.signal(s, self._handle)
+                              for s in (signal.SIGINT, signal.SIGTERM)}
         return self
 
     def _handle(self, signum: int, frame: Any) -> None:
-        if self.set:
+        if self.set and time.monotonic() - self._first > self.grace:
             raise KeyboardInterrupt
-        self.set = True
+        if not self.set:
+            self.set, self._first = True, time.monotonic()
 
     def __exit__(self, *exc: object) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+        for s, previous in (self._previous or {}).items():
+            signal.signal(s, previous)
 
 
 def model_config(cfg: C.Config, data: Batches) -> ModelConfig:
@@ -223,16 +229,17 @@ class Trainer:
     def __init__(self, cfg: C.Config, *, resume: str | Path | None = None,
                  init_from: str | Path | None = None, hooks: Sequence[Hook] = ()) -> None:
         if resume is not None and init_from is not None:
-            raise ValueError("give either resume or init_from, not both")
+            raise UserError("give either resume or init_from, not both")
         t = cfg.train
         self.cfg, self.hooks = cfg, list(hooks)
         self.device = pick_device(t.device)
-        self.dist = distributed.setup(self.device.type)
+        self.dist = distributed.setup(self.device.type, timeout=cfg.dist.timeout)
         if self.device.type == "cuda" and self.dist.enabled:
             self.device = torch.device("cuda", self.dist.local_rank)
         torch.set_num_threads(t.threads or max(1, (os.cpu_count() or 2) // 2))
         _check_batch_split(t, self.dist)
         self.data = open_data(cfg.data, order_seed(cfg))  # first: bad data loses nothing
+        self.data.dataset.check_seq_len(t.seq_len)
         source = resume if resume is not None else init_from
         flag = "--resume" if resume is not None else "--init-from"
         ckpt = checkpoint.load(checkpoint.find(Path(source), flag)) if source is not None else None
@@ -263,11 +270,13 @@ class Trainer:
             start=start if self.branched and not inherit else 0)
         self.schedule = _schedule(t, ckpt)
 
-        if self.dist.is_main:
-            _prepare_run_dir(self.dir, cfg, ckpt if resume is not None else None, history)
+        lock = rundir.lock(self.dir) if self.dist.is_main else None  # one writer per run dir
+        with rundir.released_on_error(lock):
+            if self.dist.is_main:
+                _prepare_run_dir(self.dir, cfg, ckpt if resume is not None else None, history)
         log_path = self.dir / "metrics.jsonl" if self.dist.is_main else None
         tb = self.dir / "tensorboard" if cfg.log.tensorboard and self.dist.is_main else None
-        self.log = MetricsLog(log_path, tb)
+        self.log = MetricsLog(log_path, tb, lock=lock)
         self.step_count, self.skipped = 0, 0
         self.step_seconds: deque[float] = deque(maxlen=20)  # recent step times (for the cost
         # of a statistics cycle in training steps, which the controller reports)
@@ -276,7 +285,8 @@ class Trainer:
         self._branch_start = self.branched
         self._replan_at_start = self.branched and not inherit and self.controller is not None
         if ckpt is not None:
-            self._restore(ckpt, inherit)
+            with rundir.released_on_error(lock):
+                self._restore(ckpt, inherit)
             if self.branched:
                 self.log.log("branch", self.step_count, parent=str(ckpt.path),
                              inherited_precision=inherit)
@@ -293,8 +303,10 @@ class Trainer:
         self.step_count, self.skipped = ckpt.step, int(ckpt.meta.get("skipped", 0))
 
     def save(self) -> Path | None:
-        """Checkpoint the current state (rank 0 writes); returns its directory."""
+        """Checkpoint the current state (rank 0 writes; every rank waits until it is on disk, so
+        no rank exits while rank 0 is still saving); returns its directory."""
         if not self.dist.is_main:
+            distributed.barrier(self.dist, "waiting for rank 0 to save a checkpoint")
             return None
         meta = {"skipped": self.skipped, "world_size": self.dist.world_size,
                 "model": dict(self.model.config.to_dict()), "tokenizer": self.data.tokenizer,
@@ -307,6 +319,7 @@ class Trainer:
             config_toml=(self.dir / "config.toml").read_text(), meta=meta, controller=state,
             writeback=writeback, keep=self.cfg.train.keep_checkpoints)
         self.log.log("checkpoint", self.step_count, path=str(path.relative_to(self.dir)))
+        distributed.barrier(self.dist, "waiting for rank 0 to save a checkpoint")
         return path
 
     def close(self) -> None:
@@ -375,13 +388,16 @@ class Trainer:
         what = f"loss {loss}, gradient norm {grad_norm}"
         self.log.log("nonfinite", step + 1, loss=loss, grad_norm=grad_norm,
                      skipped=self.skipped + 1)
-        if self.cfg.train.skip_nonfinite:
+        t = self.cfg.train
+        if t.skip_nonfinite and self.skipped < t.max_skips:
             return
         path = self.save()
         where = f"; the last good state (step {step}) is saved in {path}" if path else ""
+        hint = (f" (more than train.max_skips={t.max_skips} steps skipped)" if t.skip_nonfinite
+                else ", or pass --train.skip_nonfinite true to skip such steps")
         raise NonFiniteError(
-            f"non-finite {what} at step {step + 1}{where}. Lower train.lr, use a higher-"
-            "precision plan, or pass --train.skip_nonfinite true to skip such steps")
+            f"non-finite {what} at step {step + 1}{where}. Lower train.lr or use a higher-"
+            f"precision plan{hint}")
 
     # -- step boundary ---------------------------------------------------------------------------
 
@@ -515,8 +531,8 @@ def train(cfg: C.Config, resume: str | Path | None = None, init_from: str | Path
 
 def _check_batch_split(t: C.TrainSection, dist: distributed.DistInfo) -> None:
     if t.batch_size % (t.grad_accum * dist.world_size):
-        raise ValueError(f"train.batch_size={t.batch_size} must be divisible by train.grad_accum"
-                         f" x world size = {t.grad_accum} x {dist.world_size}")
+        raise UserError(f"train.batch_size={t.batch_size} must be divisible by train.grad_accum"
+                        f" x world size = {t.grad_accum} x {dist.world_size}")
 
 
 def check_compatible(ckpt: checkpoint.Checkpoint, model: dict, tokenizer: str,
@@ -528,11 +544,11 @@ def check_compatible(ckpt: checkpoint.Checkpoint, model: dict, tokenizer: str,
     verb = "resume" if flag == "--resume" else "branch from"
     if diff:
         k, (old, new) = next(iter(diff.items()))
-        raise ValueError(f"cannot {verb} {ckpt.path}: it holds a different model shape "
+        raise UserError(f"cannot {verb} {ckpt.path}: it holds a different model shape "
                          f"({k}={old}, this config gives {new}); use the run's own "
                          "model.name and data settings")
     if ckpt.meta.get("tokenizer") != tokenizer:
-        raise ValueError(f"cannot {verb} {ckpt.path}: it was trained with tokenizer "
+        raise UserError(f"cannot {verb} {ckpt.path}: it was trained with tokenizer "
                          f"{ckpt.meta.get('tokenizer')!r}, this config uses {tokenizer!r}")
 
 
@@ -559,8 +575,8 @@ def _schedule(t: C.TrainSection, ckpt: checkpoint.Checkpoint | None) -> Schedule
 def _prepare_run_dir(run_dir: Path, cfg: C.Config, ckpt: checkpoint.Checkpoint | None,
                      history: list[dict]) -> None:
     if ckpt is None and checkpoint.list_checkpoints(run_dir / "checkpoints"):
-        raise ValueError(f"run directory {run_dir} already holds checkpoints; continue it with "
-                         f"--resume {run_dir} or choose another --run.name")
+        raise UserError(f"run directory {run_dir} already holds checkpoints; continue it with "
+                        f"--resume {run_dir} or choose another --run.name")
     for sub in ("plans", "checkpoints", "sensitivity"):
         (run_dir / sub).mkdir(parents=True, exist_ok=True)
     C.write_toml(cfg, run_dir / "config.toml", history)

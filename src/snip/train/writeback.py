@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from snip.errors import UserError
 from snip.optim import StepRecord, WritebackOptimizer
 from snip.train import config as C
 
@@ -97,11 +98,11 @@ def restore(writeback: Writeback | None, optimizer: torch.optim.Optimizer,
         return
     if writeback is None:
         if ckpt_writeback is not None:
-            raise ValueError(f"cannot resume {where}: it was trained with --writeback.policy "
-                             f"{ckpt_writeback.get('policy')!r}; resume with that policy")
+            raise UserError(f"cannot resume {where}: it was trained with --writeback.policy "
+                            f"{ckpt_writeback.get('policy')!r}; resume with that policy")
         optimizer.load_state_dict(ckpt_optimizer)
         return
     if ckpt_writeback is None:
-        raise ValueError(f"cannot resume {where} with --writeback.policy {writeback.policy!r}: "
-                         "it was trained without write-back (policy 'none')")
+        raise UserError(f"cannot resume {where} with --writeback.policy {writeback.policy!r}: "
+                        "it was trained without write-back (policy 'none')")
     writeback.load_state_dict(ckpt_writeback, ckpt_optimizer)
