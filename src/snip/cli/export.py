@@ -18,6 +18,8 @@ import argparse
 import json
 from pathlib import Path
 
+from snip.errors import UserError
+
 COMMAND = "export"
 HELP = "export a run's checkpoint as a Hugging Face Llama model directory"
 FORMATS = ("hf",)
@@ -46,7 +48,7 @@ def export_hf(run: str | Path, out: str | Path) -> Path:
     path = checkpoint.find(Path(run))
     meta = checkpoint.verify(path)
     if "model" not in meta:
-        raise ValueError(f"checkpoint {path} records no model shape (meta.json has no 'model')")
+        raise UserError(f"checkpoint {path} records no model shape (meta.json has no 'model')")
     cfg = ModelConfig(**meta["model"])
     weights = path / "model.safetensors"
     with safe_open(str(weights), "pt") as f:  # the stored dtype (tied tensors are stored once)
@@ -54,7 +56,7 @@ def export_hf(run: str | Path, out: str | Path) -> Path:
     model = build_model(cfg, dtype=getattr(torch, _DTYPES.get(dtype, "float32")))
     missing, unexpected = load_model(model, str(weights), strict=False)
     if missing or unexpected:
-        raise ValueError(f"checkpoint {path} does not fit its recorded model shape (missing "
+        raise UserError(f"checkpoint {path} does not fit its recorded model shape (missing "
                          f"{sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]})")
     out = save_hf_llama(model, out)
     tokenizer = meta.get("tokenizer")

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
+from snip.errors import UserError
+
 
 @dataclass(frozen=True)
 class Paired:
@@ -55,7 +57,7 @@ def paired(arm: str, values: Sequence[float], reference: str, ref_values: Sequen
            level: float = 0.95) -> Paired:
     """Paired difference of ``values`` and ``ref_values`` (same units, same order)."""
     if len(values) != len(ref_values) or not values:
-        raise ValueError(f"paired statistics need the same non-zero number of units for {arm!r} "
+        raise UserError(f"paired statistics need the same non-zero number of units for {arm!r} "
                          f"({len(values)}) and {reference!r} ({len(ref_values)})")
     d = np.asarray(values, dtype=np.float64) - np.asarray(ref_values, dtype=np.float64)
     n, mean = len(d), float(d.mean())

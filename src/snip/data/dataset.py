@@ -162,7 +162,7 @@ class TokenDataset:
         the same data sees the same ones."""
         tokens = self._windows(split, seq_len)
         if n_batches <= 0 or batch_size <= 0:
-            raise ValueError(f"n_batches={n_batches} and batch_size={batch_size} must be > 0")
+            raise UserError(f"n_batches={n_batches} and batch_size={batch_size} must be > 0")
         n = n_batches * batch_size
         last = len(tokens) - seq_len - 1
         starts = np.rint(np.linspace(0, last, n)).astype(np.int64) if n > 1 else np.zeros(1, int)

@@ -207,14 +207,14 @@ def to_hf_llama(model: Transformer) -> nn.Module:
     hf_name = {_rename(k): k for k in hf.state_dict() if "rotary_emb" not in k}
     unknown = [k for k in state if k not in hf_name]
     if unknown:
-        raise ValueError(f"no Hugging Face name for snip parameters {unknown[:3]}")
+        raise UserError(f"no Hugging Face name for snip parameters {unknown[:3]}")
     hf_state = {hf_name[k]: v.detach().cpu() for k, v in state.items()}
     if model.config.tie_embeddings:
         hf_state.pop("lm_head.weight", None)
     missing, _ = hf.load_state_dict(hf_state, strict=False)
     missing = [k for k in missing if not (model.config.tie_embeddings and k == "lm_head.weight")]
     if missing:
-        raise ValueError(f"snip -> HF mapping incomplete: missing {missing[:3]}")
+        raise UserError(f"snip -> HF mapping incomplete: missing {missing[:3]}")
     if model.config.tie_embeddings:
         hf.tie_weights()
     hf.model.rotary_emb.__init__(hf.config)  # meta-initialised buffers: rebuild inv_freq

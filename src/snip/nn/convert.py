@@ -261,14 +261,14 @@ def _check_report(model: nn.Module, report: Conversion, strict: bool) -> None:
         why = Counter(s.reason for s in report.skipped)
         detail = "; ".join(f"{n} x {reason} (e.g. {example[reason]})"
                            for reason, n in why.most_common())
-        raise ValueError(
+        raise UserError(
             f"snip.convert converted no layer of {model_name}, so training would run in full "
             f"precision: {found} linear-like module{'s' * (found != 1)} found"
             + (f", all skipped: {detail}" if found else "")
             + "; check skip_names / filter_fn / the plan")
     if strict and report.unsupported:
         bad = "; ".join(f"{s.name} [{s.kind}]: {s.reason}" for s in report.unsupported[:4])
-        raise ValueError(f"snip.convert(strict=True): {len(report.unsupported)} linear-like "
+        raise UserError(f"snip.convert(strict=True): {len(report.unsupported)} linear-like "
                          f"module(s) of {model_name} left unconverted: {bad}")
 
 

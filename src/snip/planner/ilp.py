@@ -276,7 +276,7 @@ def _resource_dp(problem: Problem, allowed: np.ndarray, resource: str) -> np.nda
             return None
         got = solve_mckp_dp(problem.cost[rows], weight[rows], allowed[rows], cap)
         if got is None:
-            raise ValueError(infeasible_message(problem))
+            raise UserError(infeasible_message(problem))
         choice[rows] = got
     return choice
 

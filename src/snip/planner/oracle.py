@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from snip.errors import UserError
 from snip.formats import get_spec
 from snip.plan import PrecisionPlan
 from snip.sensitivity.table import GEMMS
@@ -50,13 +51,13 @@ class Damage:
         vals = {str(k): float(v) for k, v in self.values.items()}
         bad = [k for k, v in vals.items() if not np.isfinite(v)]
         if bad:
-            raise ValueError(f"damage of {bad[0]!r} is not finite; the evaluation diverged")
+            raise UserError(f"damage of {bad[0]!r} is not finite; the evaluation diverged")
         object.__setattr__(self, "values", vals)
 
     def of(self, unit: Unit) -> float:
         key = unit_key(unit)
         if key not in self.values:
-            raise ValueError(f"the damage table has no entry for {key!r} (measured "
+            raise UserError(f"the damage table has no entry for {key!r} (measured "
                              f"{'per GEMM' if self.per_gemm else 'per layer'}); measure it "
                              f"with the same per_gemm setting as the plan")
         return self.values[key]
@@ -97,7 +98,7 @@ def measure_damage(layers: Iterable[str], loss_of: Callable[[PrecisionPlan], flo
     """
     layers = list(layers)
     if not layers:
-        raise ValueError("measure_damage needs at least one layer name")
+        raise UserError("measure_damage needs at least one layer name")
     base = float(loss_of(single_unit_plan(layers, high, low, None)))
     values = {unit_key(u): float(loss_of(single_unit_plan(layers, high, low, u))) - base
               for u in units_of(layers, per_gemm)}

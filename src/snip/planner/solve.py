@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from snip.errors import UserError
 from snip.formats import is_fp4
 from snip.plan import PrecisionPlan
 from snip.planner.baselines import (
@@ -99,12 +100,12 @@ def solution(table: SensitivityTable, budget: Budget | float, *, method: Method 
         return _finish(problem, choice, method, per_gemm, seed, table.step, t0)
     if match is not None:
         if reference is not None:
-            raise ValueError("pass either reference= (a Solution) or match= (an FP4 fraction), "
+            raise UserError("pass either reference= (a Solution) or match= (an FP4 fraction), "
                              "not both")
         if not 0.0 <= match <= 1.0:
-            raise ValueError(f"match={match!r} must be an FP4 fraction in [0, 1]")
+            raise UserError(f"match={match!r} must be an FP4 fraction in [0, 1]")
         if budget.fp4_fraction is None:
-            raise ValueError("match= is an FP4 fraction; it needs a budget with fp4_fraction")
+            raise UserError("match= is an FP4 fraction; it needs a budget with fp4_fraction")
         target = target_of_fraction(problem, match)
     else:
         ref_choice = solve_ilp(problem) if reference is None else \
@@ -112,7 +113,7 @@ def solution(table: SensitivityTable, budget: Budget | float, *, method: Method 
         target = target_of(problem, ref_choice)
     if method is Method.ORACLE:
         if damage is None:
-            raise ValueError("method='oracle' needs damage= (snip.planner.measure_damage: the "
+            raise UserError("method='oracle' needs damage= (snip.planner.measure_damage: the "
                              "measured loss increase of each unit switched alone)")
         choice, exact, total = solve_oracle(table, problem, damage, target)
         return _finish(problem, choice, method, per_gemm, seed, table.step, t0,
@@ -142,7 +143,7 @@ def choice_of_plan(problem: Problem, plan: PrecisionPlan) -> np.ndarray:
     for u, (name, gemms) in enumerate(problem.units):
         entry = plan.layers.get(name)
         if entry is None:
-            raise ValueError(f"reference plan does not name layer {name!r}")
+            raise UserError(f"reference plan does not name layer {name!r}")
         names = {entry[g] for g in gemms}
         if len(names) == 1 and next(iter(names)) in index:
             out[u] = index[next(iter(names))]
@@ -159,10 +160,10 @@ def solve_oracle(table: SensitivityTable, problem: Problem, damage: Damage,
     target (the smallest reachable amount above it when none is equal)."""
     for c in (damage.high, damage.low):
         if c not in problem.candidates:
-            raise ValueError(f"the damage table was measured for {damage.high} -> {damage.low} "
+            raise UserError(f"the damage table was measured for {damage.high} -> {damage.low} "
                              f"but {c!r} is not a plan candidate ({', '.join(problem.candidates)})")
     if not is_fp4(damage.low) and problem.budget.fp4_fraction is not None:
-        raise ValueError(f"the damage table's low format {damage.low!r} is not 4-bit; an FP4 "
+        raise UserError(f"the damage table's low format {damage.low!r} is not 4-bit; an FP4 "
                          f"budget needs damage measured for a 4-bit candidate")
     hi, lo = problem.candidates.index(damage.high), problem.candidates.index(damage.low)
     cost = np.array([damage.of(u) for u in problem.units])
@@ -172,7 +173,7 @@ def solve_oracle(table: SensitivityTable, problem: Problem, damage: Damage,
         rows = np.flatnonzero(problem.stage == s)
         iw = integer_weights(problem.flops[rows])
         if iw is None:
-            raise ValueError("the oracle needs integral layer FLOPs (tokens x shapes)")
+            raise UserError("the oracle needs integral layer FLOPs (tokens x shapes)")
         w, g = iw
         need = int(np.ceil(target.flops[s] / g - 1e-9))
         y = None
@@ -182,10 +183,10 @@ def solve_oracle(table: SensitivityTable, problem: Problem, damage: Damage,
                 exact &= t * g == round(target.flops[s])
                 break
         if y is None:
-            raise ValueError(infeasible_message(problem))
+            raise UserError(infeasible_message(problem))
         choice[rows[y]] = lo
     if problem.violations(choice):
-        raise ValueError(infeasible_message(problem) + " (oracle: high/low formats only)")
+        raise UserError(infeasible_message(problem) + " (oracle: high/low formats only)")
     return choice, exact, float(cost[choice == lo].sum())
 
 

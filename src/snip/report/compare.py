@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from snip.errors import UserError
 from snip.report.runs import RunData
 
 _SEED_SUFFIX = re.compile(r"[-_.]?(s|seed)\d+$", re.IGNORECASE)
@@ -90,7 +91,7 @@ def pick_baseline(runs: list[RunData], baseline: str | None, labels: dict[str, s
                     run.path.resolve():
                 return run
         names = ", ".join(r.name for r in runs)
-        raise ValueError(f"--baseline {baseline!r} is not one of the runs ({names})")
+        raise UserError(f"--baseline {baseline!r} is not one of the runs ({names})")
     for run in runs:
         if labels.get(run.name) == "bf16":
             return run

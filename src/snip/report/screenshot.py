@@ -17,6 +17,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from snip.errors import MissingFileError
+
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 
 
@@ -30,7 +32,7 @@ def screenshot(html: str | Path, png: str | Path, *, width: int = 1250,
     """Render ``html`` in headless Chromium and save a ``width`` x ``height`` PNG."""
     browser = find_browser()
     if browser is None:
-        raise FileNotFoundError("no Chromium/Chrome on PATH (Debian: apt-get install chromium)")
+        raise MissingFileError("no Chromium/Chrome on PATH (Debian: apt-get install chromium)")
     png = Path(png).resolve()
     cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
            f"--window-size={width},{height}", f"--screenshot={png}",

@@ -270,7 +270,7 @@ def blend(old: SensitivityTable | None, new: SensitivityTable,
     Layers or candidates missing from ``old`` take ``new``'s values.  Normalisation is redone on
     the blended raw values, with ``new``'s mode and terms.  ``decay = 0`` returns ``new``."""
     if not 0 <= decay < 1:
-        raise ValueError(f"EMA decay must be in [0, 1), got {decay!r}")
+        raise UserError(f"EMA decay must be in [0, 1), got {decay!r}")
     if old is None or decay == 0:
         return new
 
