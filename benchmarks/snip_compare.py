@@ -12,8 +12,9 @@ Everything runs through the product's own path:
    strided validation windows.
 
 The table (paired differences to the high arm, and SNIP's difference to each baseline with
-``--summarize OUT --reference snip@r``) lands in ``OUT/compare.md``; ``compare.json`` holds the
-raw per-unit numbers behind it.
+``snip compare --summarize OUT/compare_<budgets> --reference snip@r``) lands in
+``OUT/compare_<budgets>/compare.md``; ``compare.json`` there holds the raw per-unit numbers.
+Sweeps of different budgets share the bases and can run side by side.
 
     python benchmarks/snip_compare.py --model tiny --seeds 0 1 2 --orders 2 \\
         --low fp4_e2m1_tensor --out benchmarks/out/snip_compare
@@ -84,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
                     "--steps", str(args.steps), "--orders", str(args.orders),
                     "--reference", args.high, "--gap", "low", "--candidates",
                     f"{args.high},{args.low}", "--eval-batches", str(args.eval_batches),
-                    "--threads", str(args.threads), "--out", str(Path(args.out) / "compare"),
+                    "--threads", str(args.threads),
+                    "--out", str(Path(args.out) / f"compare_{'_'.join(args.budgets)}"),
                     *(a for arm in arms(args) for a in ("--arm", arm))]
     return snip(argv_compare)
 

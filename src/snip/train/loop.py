@@ -470,7 +470,8 @@ class Trainer:
             if not (self._replan_at_start and self.replan(bar)):
                 self.record_plan(None)
             self._branch_start = self._replan_at_start = False
-            _keep_eval(result, self.evaluate())
+            if self.step_count % t.eval_every == 0:  # a branch keeps the parent's cadence
+                _keep_eval(result, self.evaluate())
         fp4_frac = fp4_flop_fraction(self.plan, self.model)
         t_start, window_time, window_steps = time.perf_counter(), 0.0, 0
 
