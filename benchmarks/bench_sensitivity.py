@@ -12,22 +12,31 @@ interleaved rounds on the same machine (minimum over rounds):
 It prints each cycle in both step units and the overhead on a default run (2 cycles, 250
 steps), and writes ``benchmarks/out/bench_sensitivity.json``.
 
-    NUMBA_NUM_THREADS=1 python benchmarks/bench_sensitivity.py [--rounds 3]
+``--retest``: the price of sampling.  Train ``small`` for ``--train-steps`` fp32 steps on the
+embedded corpus, measure ``--tables`` tables on disjoint calibration batches for each setting,
+and print the test-retest Spearman of the per-layer objective (FP4 minus FP8, summed over GEMMs)
+between single tables and between EMA pairs (``blend`` of two tables vs the next two): how much
+the controller's averaging buys back.  Writes ``benchmarks/out/bench_sensitivity_retest.json``.
+
+    NUMBA_NUM_THREADS=1 python benchmarks/bench_sensitivity.py [--rounds 3] [--retest]
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import itertools
 import platform
 import time
 
+import numpy as np
 import torch
+from scipy.stats import spearmanr
 
 from benchmarks._util import write_json
 from snip.models import build_model, get_config
 from snip.nn import convert
-from snip.sensitivity import Propagation, SensitivityConfig, measure
+from snip.sensitivity import Propagation, SensitivityConfig, SensitivityTable, blend, measure
 
 SETTINGS = {
     "rows8 (1x1024 tokens)": dict(micro_batches=1),
@@ -55,12 +64,59 @@ def _stepper(model: torch.nn.Module):
     return step, opt
 
 
+def _objective(t: SensitivityTable) -> list[float]:
+    lo, hi = t.candidates[-1], t.candidates[0]
+    return [sum(e.metric(g, lo).objective - e.metric(g, hi).objective
+                for g in ("fprop", "dgrad", "wgrad")) for e in t.layers.values()]
+
+
+def _mean_rho(tables: list[SensitivityTable]) -> float:
+    return float(np.mean([spearmanr(_objective(a), _objective(b))[0]
+                          for a, b in itertools.combinations(tables, 2)]))
+
+
+def retest(args: argparse.Namespace) -> None:
+    from snip.data import load_dataset
+
+    ds = load_dataset()
+    torch.manual_seed(0)
+    model = build_model(get_config("small", vocab_size=ds.vocab_size))
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.95), weight_decay=0.1)
+    for step in range(args.train_steps):
+        _, loss = model(*ds.get_batch("train", 8, 128, step))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+
+    def calib(i: int):
+        return ds.get_batch("train", 8, 128, 7_000_000 + i)
+
+    out = {}
+    for rows in (2, 8):
+        cfg = SensitivityConfig(rows=rows, step_tokens=1024)
+        tables = [measure(model, calib, optimizer=opt, config=cfg, batch_offset=k)
+                  for k in range(args.tables)]
+        emas = [blend(blend(None, tables[k], 0.5), tables[k + 1], 0.5)
+                for k in range(0, args.tables - 1, 2)]
+        out[f"rows{rows}"] = {"single": _mean_rho(tables), "ema2": _mean_rho(emas)}
+        print(f"rows={rows}: test-retest Spearman single table {out[f'rows{rows}']['single']:+.2f}"
+              f", EMA of 2 {out[f'rows{rows}']['ema2']:+.2f}  ({args.tables} tables, "
+              f"{len(tables[0].layers)} layers, {args.train_steps} training steps)")
+    write_json("bench_sensitivity_retest.json", {"args": vars(args), **out})
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--retest", action="store_true")
+    ap.add_argument("--train-steps", type=int, default=150)
+    ap.add_argument("--tables", type=int, default=6)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    if args.retest:
+        retest(args)
+        return
     torch.manual_seed(0)
     model = build_model(get_config("small"))
     step32, opt = _stepper(model)
