@@ -49,13 +49,32 @@ def _same(a: nn.Module, b: nn.Module) -> bool:
     return all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters(), strict=True))
 
 
-@pytest.mark.parametrize("policy", ["master", "eco", "rne"])
-def test_fp32_grid_equals_plain_adamw(policy):
+@pytest.mark.parametrize("policy, eco_rounding", [
+    ("master", "stochastic"), ("eco", "stochastic"), ("eco", "rne"), ("rne", "stochastic")])
+def test_fp32_grid_equals_plain_adamw(policy, eco_rounding):
     plain = _model()
     _train(plain, _adamw(plain), _data())
     wrapped = _model()
-    _train(wrapped, _wrapped(wrapped, element="fp32", policy=policy), _data())
+    _train(wrapped, _wrapped(wrapped, element="fp32", policy=policy, eco_rounding=eco_rounding),
+           _data())
     assert _same(plain, wrapped)
+
+
+def test_eco_rounds_as_configured():
+    """ECO's quantizer rounds stochastically by default (the ECO paper's setting), or to nearest;
+    the two differ on a coarse grid, and the stochastic one is reproducible from the seed."""
+    runs = {}
+    for rounding, seed in (("stochastic", 0), ("stochastic", 0), ("rne", 0)):
+        m = _model()
+        opt = _wrapped(m, element="e4m3", policy="eco", eco_rounding=rounding, seed=seed)
+        assert opt.policy.rounding.value == rounding
+        _train(m, opt, _data())
+        runs.setdefault(rounding, []).append(torch.cat([p.detach().flatten()
+                                                        for p in m.parameters()]))
+    assert torch.equal(runs["stochastic"][0], runs["stochastic"][1])
+    assert not torch.equal(runs["stochastic"][0], runs["rne"][0])
+    with pytest.raises(ValueError, match="eco_rounding"):
+        WritebackConfig(policy="eco", eco_rounding="nearest")
 
 
 def test_selective_master_full_mask_equals_master():

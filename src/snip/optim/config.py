@@ -64,6 +64,7 @@ class WritebackConfig:
     exclude: str | None = None
     record_every: int = 1
     record_tiles: bool = False
+    eco_rounding: str = "stochastic"
 
     def __post_init__(self) -> None:
         """Check the settings; errors name the ``writeback.*`` key (the trainer's TOML key and,
@@ -88,6 +89,9 @@ class WritebackConfig:
         if self.mask is not None and pol is not Policy.SELECTIVE_MASTER:
             raise UserError(f"writeback.mask only applies to writeback.policy "
                             f"'selective_master', not {self.policy!r}")
+        if self.eco_rounding not in ("stochastic", "rne"):
+            raise UserError(f"writeback.eco_rounding must be stochastic or rne, got "
+                            f"{self.eco_rounding!r}")
         if self.record_every < 0:
             raise UserError(f"writeback.record_every must be >= 0, got {self.record_every}")
         for rx in (self.include, self.exclude):
@@ -112,4 +116,5 @@ def build(model: nn.Module, optimizer: torch.optim.Optimizer,
     return WritebackOptimizer(optimizer, params, element=config.format, policy=config.policy,
                               mask=mask, seed=config.seed, state_format=config.state_format,
                               tile_size=config.tile_size, record_every=config.record_every,
-                              record_tiles=config.record_tiles)
+                              record_tiles=config.record_tiles,
+                              eco_rounding=config.eco_rounding)

@@ -115,7 +115,8 @@ class WritebackOptimizer:
     or a :class:`StorageGrid`.  ``policy``: a :class:`Policy` name or a ``WritebackPolicy``.
     ``seed`` seeds the stochastic-rounding generator.  ``record_every=0`` turns recording off;
     ``record_tiles`` adds the per-tile frozen fractions to each record (one float per tile per
-    recorded step: keep ``record_every`` large on big models).
+    recorded step: keep ``record_every`` large on big models).  ``eco_rounding``: the rounding
+    inside the ``eco`` policy (stochastic, as the ECO paper's headline setting, or rne).
     """
 
     def __init__(self, optimizer: torch.optim.Optimizer, params: Iterable, *,
@@ -123,10 +124,11 @@ class WritebackOptimizer:
                  policy: Policy | str | WritebackPolicy = Policy.RNE, mask: TileMask | None = None,
                  seed: int = 0, state_format: str | None = None,
                  tile_size: int = DEFAULT_TILE_SIZE, record_every: int = 1,
-                 record_tiles: bool = False) -> None:
+                 record_tiles: bool = False,
+                 eco_rounding: Rounding | str = Rounding.STOCHASTIC) -> None:
         self.optimizer = optimizer
         self.grid = StorageGrid.parse(element)
-        self.policy = make_policy(policy, mask)
+        self.policy = make_policy(policy, mask, eco_rounding)
         named = _named(params)
         if mask is not None:
             mask.check({n: p.shape for n, p in named}, source="the write-back mask")

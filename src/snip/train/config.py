@@ -291,6 +291,8 @@ class WritebackSection:
                         "and only used with policy 'selective_master'")
     tile_size: int = opt(768, "coordinates per tile of the flattened weights; must equal the "
                               "mask's tile_size")
+    eco_rounding: str = opt("stochastic", "policy 'eco': rounding inside its quantizer, "
+                                          "'stochastic' (the ECO paper's setting) or 'rne'")
     state_format: str = opt("", "round the managed weights' AdamW moments after each step to "
                                 "this element (bf16, fp16) or preset (e.g. mxfp8_e4m3); empty: "
                                 "fp32 states")
@@ -314,7 +316,8 @@ class WritebackSection:
         on = self.policy != "none"
         return WritebackConfig(policy=self.policy if on else Policy.RNE.value, format=self.format,
                                mask=(self.mask or None) if on else None, tile_size=self.tile_size,
-                               state_format=(self.state_format or None) if on else None, **extra)
+                               state_format=(self.state_format or None) if on else None,
+                               eco_rounding=self.eco_rounding, **extra)
 
 
 @dataclass(frozen=True, kw_only=True)
