@@ -53,7 +53,7 @@ import torch
 from torch import nn
 
 from snip.errors import UserError
-from snip.formats import QuantSpec, get_spec, quantize
+from snip.formats import QuantSpec, Scaling, get_spec, quantize
 from snip.nn.specs import Gemm
 from snip.plan.cost import gemm_flops, linear_layers
 from snip.sensitivity import propagate
@@ -257,7 +257,11 @@ def _weight_errors(c: _Cycle, name: str, cand: str) -> tuple[torch.Tensor, ...]:
         w = c.layers[name].weight.detach().float()
         spec = get_spec(cand).for_weight()
         ewd = _err(w, spec, 0, False, c.err_gen)
-        c.weight_errors[key] = (_err(w, spec, -1, False, c.err_gen), w + ewd, ewd)
+        # 2-D blocks, one tensor scale or none: quant(W^T) == quant(W)^T, one pass serves both.
+        symmetric = spec.scaling in (Scaling.BLOCK2D, Scaling.TENSOR, Scaling.NONE) \
+            and not spec.hadamard
+        ew = ewd if symmetric else _err(w, spec, -1, False, c.err_gen)
+        c.weight_errors[key] = (ew, w + ewd, ewd)
     return c.weight_errors[key]
 
 
@@ -282,7 +286,7 @@ def _layer_metrics(c: _Cycle, name: str, x: torch.Tensor, g: torch.Tensor, dw: t
     hx, hw = _curvature(noisy, x2, w, dx, dw)
     for key, v in (("x", x2), ("w", w), ("dy", g2), ("dx", dx), ("dw", dw)):
         sums.add((name, "stat", key + "_norm"), v.norm())
-    probes = []
+    probes, signs = [], propagate.random_signs(g2, c.gen)
     for cand in c.cfg.candidates:
         spec = get_spec(cand)
         ew, wqd, ewd = _weight_errors(c, name, cand)
@@ -298,7 +302,7 @@ def _layer_metrics(c: _Cycle, name: str, x: torch.Tensor, g: torch.Tensor, dw: t
         for k, om in weights.items():
             sums.add((name, Gemm.WGRAD.value, cand, k), (om * (random_part + fixed * fixed)).sum())
         probes.append(propagate.Probe(layer=name, candidate=cand, source=source,
-                                      vector=propagate.shaped_probe(g2, egd, wqd, ewd, c.gen)))
+                                      vector=propagate.shaped_probe(g2, egd, wqd, ewd, signs)))
         for op, e, t in (("x", ex, x2), ("w", ew, w), ("dy", egd, g2)):
             sums.add((name, "rel", cand, op), e.norm() / t.norm().clamp_min(1e-30))
     return probes

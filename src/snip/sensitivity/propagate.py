@@ -65,12 +65,19 @@ class Propagated:
     energy: dict[str, float]
 
 
+def random_signs(like: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """Independent +-1 per element (drawn on the CPU generator, moved to ``like``'s device)."""
+    s = torch.randint(0, 2, like.shape, generator=gen, device="cpu", dtype=torch.int8)
+    return s.to(like.device, torch.float32) * 2 - 1
+
+
 def shaped_probe(g2: torch.Tensor, eg: torch.Tensor, wq: torch.Tensor, ew: torch.Tensor,
-                 gen: torch.Generator) -> torch.Tensor:
-    """``(s * E^G) Q(W) + G E^W`` for (tokens, out) gradients and (out, in) weights."""
-    s = torch.randint(0, 2, eg.shape, generator=gen, device="cpu", dtype=torch.int8)
-    s = s.to(eg.device, torch.float32) * 2 - 1
-    return (s * eg) @ wq + g2 @ ew
+                 signs: torch.Tensor) -> torch.Tensor:
+    """``(s * E^G) Q(W) + G E^W`` for (tokens, out) gradients and (out, in) weights.
+
+    One ``signs`` tensor may serve every candidate of a layer: each probe stays unbiased, and the
+    joint estimator's per-(layer, candidate) sign ``rho`` still cancels the cross terms."""
+    return (signs * eg) @ wq + g2 @ ew
 
 
 def _weighted_energy(vjp: Sequence[torch.Tensor | None],
