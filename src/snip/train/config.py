@@ -179,7 +179,13 @@ class PrecisionSection:
                                 "separately instead of one per layer")
     candidates: str = opt("", "adaptive: comma-separated candidate presets, high precision "
                               "first (empty: fp8_e4m3_tile128,fp4_e2m1_tile128)")
-    calib_batches: int = opt(2, "adaptive: calibration micro-batches per statistics cycle")
+    calib_batches: int = opt(1, "adaptive: calibration batches per statistics cycle (fresh "
+                                "ones every cycle)")
+    calib_rows: int = opt(2, "adaptive: sequences used from each calibration batch (0: all)")
+    ema_decay: float = opt(0.5, "adaptive: weight of the past tables in the running average "
+                                "the planner solves on (0: the newest table alone)")
+    terms: str = opt("both", "adaptive: the planner's objective: both divergences (in nats), "
+                             "or only 'loss' or 'weight' (ablations)")
     plan_seed: int = opt(0, "adaptive: seed of the random baseline's plan (one fixed plan per "
                             "seed, the same at every re-plan)")
 
@@ -198,6 +204,10 @@ class PrecisionSection:
             raise UserError(f"precision.budget must be in [0, 1], got {self.budget}")
         _positive("precision.every", self.every)
         _positive("precision.calib_batches", self.calib_batches)
+        _non_negative("precision.calib_rows", self.calib_rows)
+        if not 0 <= self.ema_decay < 1:
+            raise UserError(f"precision.ema_decay must be in [0, 1), got {self.ema_decay!r}")
+        _choice("precision.terms", self.terms, ("both", "loss", "weight"))
         _non_negative("precision.plan_seed", self.plan_seed)
         if isinstance(self.warmup, bool) or self.warmup < -1:
             raise UserError(f"precision.warmup must be >= 0 (or -1: automatic), got "

@@ -267,7 +267,8 @@ class Trainer:
         start = ckpt.step if ckpt is not None else 0
         self.controller = make_controller(
             cfg.precision, self.dir / "sensitivity", self.dist.is_main, cfg.seed,
-            start=start if self.branched and not inherit else 0)
+            start=start if self.branched and not inherit else 0,
+            step_tokens=t.batch_size * t.seq_len)
         self.schedule = _schedule(t, ckpt)
 
         lock = rundir.lock(self.dir) if self.dist.is_main else None  # one writer per run dir

@@ -53,12 +53,13 @@ def initial_plan(cfg: PrecisionSection) -> PrecisionPlan:
 
 
 def make_controller(cfg: PrecisionSection, out_dir: Path, is_main: bool, seed: int = 0,
-                    start: int = 0) -> PrecisionController | None:
+                    start: int = 0, step_tokens: int | None = None) -> PrecisionController | None:
     """The adaptive controller, or None for fixed precision.
 
     ``start``: the step a branch (``--init-from``) starts at; its warm-up counts from there and
     defaults to 0 (the parent is warmed up: plan at once). A fresh run's defaults to
-    ``precision.every``."""
+    ``precision.every``. ``step_tokens``: tokens per optimizer step (all micro-batches and
+    ranks), the scale of the weight divergence of one update."""
     if cfg.mode != "adaptive":
         return None
     from snip.planner import DEFAULT_CANDIDATES, Controller  # here: the planner pulls in scipy
@@ -68,7 +69,8 @@ def make_controller(cfg: PrecisionSection, out_dir: Path, is_main: bool, seed: i
                       seed=seed, plan_seed=cfg.plan_seed, warmup=max(1, start + warmup),
                       method=cfg.method,
                       per_gemm=cfg.per_gemm, candidates=cfg.candidate_list or DEFAULT_CANDIDATES,
-                      calib_batches=cfg.calib_batches)
+                      calib_batches=cfg.calib_batches, calib_rows=cfg.calib_rows or None,
+                      ema_decay=cfg.ema_decay, terms=cfg.terms, step_tokens=step_tokens)
 
 
 def explicit(plan: PrecisionPlan, model: nn.Module, step: int) -> PrecisionPlan:
