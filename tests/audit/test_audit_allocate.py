@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from snip.audit import layer_mask, mask_from_scores, random_mask
+from snip.audit import layer_mask, mask_from_scores, matched_random_mask, random_mask
 from snip.optim import TileMask, tile_lengths
 
 SHAPES = {"a": (10, 77), "b": (33, 16), "c": (5, 5)}
@@ -48,3 +48,19 @@ def test_mask_file_round_trip_and_check(tmp_path):
 def test_bad_fraction():
     with pytest.raises(ValueError, match="0.1 for 10"):
         random_mask(SHAPES, 10)
+
+
+@pytest.mark.parametrize("tile", [7, 16, 64])
+def test_matched_random_keeps_the_reference_composition(tile):
+    rng = np.random.default_rng(0)
+    scores = {n: rng.random(len(tile_lengths(math.prod(s), tile))) ** (3 if n == "a" else 1)
+              for n, s in SHAPES.items()}
+    ref = mask_from_scores(scores, SHAPES, 0.3, tile_size=tile)
+    draws = [matched_random_mask(ref, seed=k) for k in range(10)]
+    for m in draws:
+        assert m.protected == ref.protected and m.tile_size == tile
+        for n in SHAPES:  # the same coordinates and tiles in every tensor, other tiles
+            assert int(m.dense(n).sum()) == int(ref.dense(n).sum())
+            assert len(m.tiles.get(n, ())) == len(ref.tiles.get(n, ()))
+    assert matched_random_mask(ref, seed=3) == draws[3]  # reproducible
+    assert len({tuple(sorted(m.tiles["a"])) for m in draws}) > 1  # and random

@@ -9,7 +9,7 @@ import pytest
 from snip.cli import main
 
 
-def test_snip_audit_records_plots_and_masks(tmp_path):
+def test_snip_audit_records_plots_and_masks(tmp_path, capsys):
     pytest.importorskip("snip.models")
     pytest.importorskip("snip.data")
     out, mask = tmp_path / "audit", tmp_path / "mask.json"
@@ -25,9 +25,21 @@ def test_snip_audit_records_plots_and_masks(tmp_path):
     assert (out / "frozen_e4m3.png").stat().st_size > 1000
     m = json.loads(mask.read_text())
     assert m["budget"] == round(0.1 * m["eligible"])
+    # the plain-language summary, with the numbers of summary.json, and the files written
+    text = capsys.readouterr().out.splitlines()
+    line = next(x for x in text if x.startswith("e4m3, round to nearest: "))
+    val = summary["val_loss"]
+    assert f"majority frozen from step {fc['measured']} (forecast: step {fc['predicted']})" in line
+    assert f"validation loss fp32 {val['fp32']:.2f} vs e4m3 {val['e4m3']:.2f}" in line
+    assert "% of weights never moved" in line
+    assert text[-1].startswith("wrote ") and str(mask) in text[-1]
+    # the runs behind it are ordinary run directories of the trainer
+    assert (out / "reference" / "metrics.jsonl").is_file()
+    assert (out / "measured_e4m3" / "config.toml").is_file()
     rc = main(["audit", "--trace", str(out / "trace.npz"), "--out", str(tmp_path / "b"),
                "--no-measure"])
     assert rc == 0
+    assert "(forecast; not measured)" in capsys.readouterr().out
 
 
 def test_snip_audit_bad_trace_is_a_user_error(tmp_path, capsys):

@@ -13,6 +13,7 @@ from snip.audit.allocate import (
     freeze_only_mask,
     layer_mask,
     mask_from_scores,
+    matched_random_mask,
     random_mask,
     reference_mask,
 )
@@ -32,6 +33,7 @@ from snip.audit.trace import ReferenceRecorder, ReferenceTrace
 __all__ = [
     "RHO_STAR", "ReferenceRecorder", "ReferenceTrace", "budget", "compare_crossings",
     "first_crossing", "freeze_only_mask", "freeze_probability", "grid_gaps", "invisible",
-    "invisible_probability", "layer_mask", "mask_from_scores", "measured_series",
+    "invisible_probability", "layer_mask", "mask_from_scores", "matched_random_mask",
+    "measured_series",
     "projected_frozen", "random_mask", "reference_mask", "rho", "unit_roundoff",
 ]

@@ -7,6 +7,9 @@ first-order estimate of how much loss change the tile's updates carry) and prote
 tiles.  Controls with exactly the same budget:
 
 * ``random``: tiles in a seeded random order;
+* ``matched_random``: random tiles with the composition of another mask (as many coordinates,
+  and so tiles, in every tensor as it protects there): a control that differs from the
+  reference mask only in *which* tiles of each tensor it picks;
 * ``layers``: whole tensors in model order (first layers first), the last one truncated;
 * ``freeze_only``: tiles ranked by how often the proxy says they are frozen, ignoring how much
   their updates matter (the paper's weakest arm).
@@ -84,6 +87,26 @@ def random_mask(shapes: Mapping[str, Sequence[int]], fraction: float = 0.1, *, s
     scores = {n: rng.random(len(tile_lengths(math.prod(s), tile_size))) for n, s in shapes.items()}
     return mask_from_scores(scores, shapes, fraction, tile_size=tile_size,
                             method=f"random seed={seed}")
+
+
+def matched_random_mask(reference: TileMask, *, seed: int = 0) -> TileMask:
+    """Random tiles with ``reference``'s composition: in every tensor as many tiles, covering as
+    many coordinates each, as ``reference`` protects there, on tiles drawn uniformly (seeded)
+    among that tensor's tiles (a count goes to a drawn tile long enough to hold it)."""
+    rng = np.random.default_rng(seed)
+    tiles: dict[str, list[tuple[int, int]]] = {}
+    for name, shape in reference.shapes.items():
+        lengths = tile_lengths(math.prod(shape), reference.tile_size)
+        order = [int(i) for i in rng.permutation(len(lengths))]
+        picked = []
+        for count in sorted((c for _, c in reference.tiles.get(name, ())), reverse=True):
+            i = next(i for i in order if lengths[i] >= count)
+            order.remove(i)
+            picked.append((i, count))
+        tiles[name] = picked
+    return TileMask(tile_size=reference.tile_size, shapes=dict(reference.shapes), tiles=tiles,
+                    fraction=reference.fraction,
+                    method=f"random matched to {reference.method}, seed={seed}")
 
 
 def layer_mask(shapes: Mapping[str, Sequence[int]], fraction: float = 0.1, *,

@@ -21,7 +21,7 @@ from pathlib import Path
 COMMAND = "audit"
 HELP = "audit invisible weight updates against an fp32 reference trace; build fp32-master masks"
 
-MASK_METHODS = ("reference", "freeze_only", "random", "layers")
+MASK_METHODS = ("reference", "freeze_only", "random", "matched_random", "layers")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -91,10 +91,10 @@ def _run(cfg: dict, out: Path, *, fmt: str | None = None, policy: str = "rne",
         else:
             trainer.writeback.keep_history = True
             trainer.writeback.wb.record_tiles = recorder_kw["tiles"]
-        trainer.run()
+        result = trainer.run()
     finally:
         trainer.close()
-    return recorder if fmt is None else trainer.writeback.wb
+    return (recorder if fmt is None else trainer.writeback.wb), result.val_loss
 
 
 def _plot(trace, fmt: str, measured, path: Path) -> None:
@@ -154,10 +154,18 @@ def _format_summary(trace, fmt: str, measured) -> dict:
 
 
 def _mask(trace, method: str, fraction: float, fmt: str):
-    from snip.audit import freeze_only_mask, layer_mask, random_mask, reference_mask
+    from snip.audit import (
+        freeze_only_mask,
+        layer_mask,
+        matched_random_mask,
+        random_mask,
+        reference_mask,
+    )
 
     if method == "reference":
         return reference_mask(trace, fraction)
+    if method == "matched_random":  # the reference mask's per-tensor counts, random tiles
+        return matched_random_mask(reference_mask(trace, fraction))
     if method == "freeze_only":
         return freeze_only_mask(trace, fmt, fraction)
     if method == "random":
@@ -174,16 +182,19 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     cfg = (trace.meta.get("settings") if trace else None) or _settings(args)
+    val: dict[str, float] = {}
     if trace is None:
-        trace = _run(cfg, out, recorder_kw=rec_kw, threads=args.threads).trace(
-            meta={"settings": cfg})
+        recorder, val["fp32"] = _run(cfg, out, recorder_kw=rec_kw, threads=args.threads)
+        trace = recorder.trace(meta={"settings": cfg, "val_loss": val["fp32"]})
+    elif "val_loss" in trace.meta:
+        val["fp32"] = trace.meta["val_loss"]
     trace.save(out / "trace.npz")
-    summary = {"settings": cfg, "formats": {}}
+    summary = {"settings": cfg, "formats": {}, "val_loss": val}
     for fmt in trace.formats:
-        measured = None if args.no_measure else _run(cfg, out, fmt=fmt, policy=args.policy,
-                                                      recorder_kw=rec_kw,
-                                                      tile_size=trace.tile_size,
-                                                      threads=args.threads)
+        measured = None
+        if not args.no_measure:
+            measured, val[fmt] = _run(cfg, out, fmt=fmt, policy=args.policy, recorder_kw=rec_kw,
+                                      tile_size=trace.tile_size, threads=args.threads)
         _plot(trace, fmt, measured, out / f"frozen_{fmt}.png")
         summary["formats"][fmt] = _format_summary(trace, fmt, measured)
     if args.mask_out:
@@ -193,8 +204,29 @@ def run(args: argparse.Namespace) -> int:
                            "protected": mask.protected, "eligible": mask.eligible}
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     for fmt, s in summary["formats"].items():
-        f = s.get("forecast_total", {})
-        print(f"{fmt}: first-majority crossing projected {s['projected_first_majority']}, "
-              f"measured {f.get('measured', 'n/a')}")
-    print(f"wrote {out}/summary.json, trace.npz and frozen_*.png")
+        print(_plain(fmt, args.policy, s, val, trace.shapes))
+    written = ["summary.json", "trace.npz", *(f"frozen_{f}.png" for f in trace.formats)]
+    mask = f" and the mask {args.mask_out}" if args.mask_out else ""
+    print(f"wrote {', '.join(str(out / w) for w in written)}{mask}")
     return 0
+
+
+def _plain(fmt: str, policy: str, s: dict, val: dict[str, float], shapes: dict) -> str:
+    """One sentence a user can act on, e.g. "e4m3, round to nearest: 81% of weights never
+    moved; majority frozen from step 1 (forecast: step 1); validation loss fp32 2.30 vs e4m3
+    3.95"."""
+    how = {"rne": "round to nearest", "stochastic": "stochastic rounding"}.get(policy, policy)
+    parts = []
+    if "never_moved" in s:
+        numel = {n: math.prod(shape) for n, shape in shapes.items()}
+        nm = sum(s["never_moved"][n] * numel[n] for n in numel) / sum(numel.values())
+        parts.append(f"{100 * nm:.0f}% of weights never moved")
+    measured = s.get("forecast_total", {}).get("measured")
+    forecast = s["projected_first_majority"]
+    parts.append(f"majority frozen from step {measured} (forecast: step {forecast})"
+                 if measured is not None else
+                 f"majority frozen: {'never' if forecast is None else f'from step {forecast}'}"
+                 f" (forecast{'; not measured' if 'never_moved' not in s else ''})")
+    if "fp32" in val and fmt in val:
+        parts.append(f"validation loss fp32 {val['fp32']:.2f} vs {fmt} {val[fmt]:.2f}")
+    return f"{fmt}, {how}: " + "; ".join(parts)
