@@ -484,21 +484,17 @@ def read_toml_text(text: str) -> dict[str, Any]:
 
 
 def read_history_text(text: str) -> list[dict[str, Any]]:
-    """`read_history` of a config held in a string."""
+    """The ``[[history]]`` entries of a config held in a string (a checkpoint's config.toml):
+    ``{"step": N, key: [old, new]}`` for each setting ``--resume`` changed."""
     return list(_parse(text, "<checkpoint config.toml>").get(HISTORY, []))
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:
     """A TOML config file as dotted keys (unknown keys are caught later by `build`); the
-    ``[[history]]`` of a run's config.toml is read by `read_history`."""
+    ``[[history]]`` of a run's config.toml is read by `read_history_text`."""
     tree = _read(Path(path))
     tree.pop(HISTORY, None)
     return flatten(tree)
-
-
-def read_history(path: str | Path) -> list[dict[str, Any]]:
-    """The ``[[history]]`` entries of a run's config.toml: ``{"step": N, key: [old, new]}``."""
-    return list(_read(Path(path)).get(HISTORY, []))
 
 
 def resolve(config: Config, explicit: set[str] = frozenset()) -> Config:
