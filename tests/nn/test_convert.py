@@ -350,3 +350,21 @@ def test_gpt2_qconv1d_matches_qlinear_on_transposed_weight():
     y2.square().sum().backward()
     assert q.weight is conv.weight and q.weight.shape == (q.in_features, q.out_features)
     assert torch.equal(conv.weight.grad, lin.weight.grad.T) and torch.equal(x.grad, x2.grad)
+
+
+def test_gpt2_plan_names_conv1d_layers_and_costs_them():
+    """A per-layer plan on an *unconverted* GPT-2 sees its Conv1D projections: resolve, convert
+    and the cost model use (in, out) from the transposed weight."""
+    from snip.plan import PrecisionPlan, fp4_flop_fraction
+
+    model = _hf_arch("gpt2")
+    mlp = [n for n, m in model.named_modules() if n.endswith(("mlp.c_fc", "mlp.c_proj"))]
+    plan = PrecisionPlan(default={g: "bf16" for g in ("fprop", "dgrad", "wgrad")},
+                         layers={"re:.*mlp\\.c_(fc|proj)": {g: "mxfp4" for g in
+                                                            ("fprop", "dgrad", "wgrad")}})
+    table = plan.resolve(model)
+    assert len(table) == 8 and all(table[n].fprop.name == "mxfp4" for n in mlp)
+    convert(model, plan, strict=True)
+    assert len(model.snip_conversion.converted) == 8
+    # c_fc and c_proj hold 2/3 of the blocks' linear FLOPs (4d^2 + 4d^2 of 3d^2 + d^2 + 8d^2)
+    assert abs(fp4_flop_fraction(plan, model) - 8 / 12) < 1e-9

@@ -39,6 +39,7 @@ from torch import nn
 from snip.errors import UserError
 from snip.formats import is_fp4
 from snip.nn import DEFAULT_SKIP_NAMES, ResolvesToSpecs
+from snip.nn.conv1d import is_conv1d
 from snip.nn.specs import Gemm, GemmSpecs
 from snip.plan.profiles import ThroughputProfile, get_profile
 
@@ -53,13 +54,22 @@ def is_head(name: str) -> bool:
     return name.rpartition(".")[2] in HEAD_NAMES
 
 
-def linear_layers(model: nn.Module, *, include_head: bool = False) -> dict[str, nn.Linear]:
-    """Every ``nn.Linear`` (``QLinear`` included) by qualified name, in module order.
+def linear_layers(model: nn.Module, *, include_head: bool = False) -> dict[str, nn.Module]:
+    """Every ``nn.Linear`` (``QLinear`` included) and Hugging Face ``Conv1D`` (GPT-2's
+    transposed linear layer) by qualified name, in module order.
 
     Without ``include_head`` these are exactly the layers ``snip.convert`` converts by default.
     """
     return {name: m for name, m in model.named_modules()
-            if isinstance(m, nn.Linear) and (include_head or not is_head(name))}
+            if (isinstance(m, nn.Linear) or is_conv1d(m)) and (include_head or not is_head(name))}
+
+
+def linear_shape(m: nn.Module) -> tuple[int, int]:
+    """``(in_features, out_features)`` of a linear layer (a ``Conv1D`` stores ``(in, out)``)."""
+    if is_conv1d(m):
+        n_in, n_out = m.weight.shape
+        return int(n_in), int(n_out)
+    return m.in_features, m.out_features
 
 
 def as_table(table_or_plan: Table | Resolvable, model: nn.Module) -> Table:
@@ -81,7 +91,7 @@ def _shapes(model: nn.Module, names: Iterable[str]) -> dict[str, tuple[int, int]
     if missing:
         raise UserError(f"{missing[0]!r} is not a linear layer of this model "
                         f"({len(missing)} such name(s)); resolve the plan against this model")
-    return {n: (linears[n].in_features, linears[n].out_features) for n in names}
+    return {n: linear_shape(linears[n]) for n in names}
 
 
 def gemm_flops(model: nn.Module, tokens: int = 1,
