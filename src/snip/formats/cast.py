@@ -26,26 +26,10 @@ NaN in gives NaN out, always -- also for formats with no NaN code, where ml_dtyp
 
 from __future__ import annotations
 
-import enum
-
 import torch
 
 from snip.formats.element import ElementFormat, Kind, Special, get_element
-
-
-class Rounding(enum.Enum):
-    RNE = "rne"
-    STOCHASTIC = "stochastic"
-
-
-def as_rounding(rounding: Rounding | str) -> Rounding:
-    if isinstance(rounding, Rounding):
-        return rounding
-    try:
-        return Rounding(str(rounding).lower())
-    except ValueError:
-        valid = ", ".join(r.value for r in Rounding)
-        raise ValueError(f"unknown rounding {rounding!r}; valid: {valid}") from None
+from snip.formats.rounding import Rounding, as_rounding
 
 
 def check_float_tensor(x: torch.Tensor) -> None:

@@ -26,8 +26,8 @@ import dataclasses
 import enum
 from dataclasses import dataclass
 
-from snip.formats.cast import Rounding
 from snip.formats.element import ElementFormat, get_element
+from snip.formats.rounding import Rounding
 
 
 class Scaling(enum.Enum):
