@@ -11,6 +11,8 @@ importing torch; the quantizers import it when first touched.
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import TYPE_CHECKING
 
 _WHERE = {
@@ -72,6 +74,19 @@ __all__ = [
     "replace_spec",
     "unpack",
 ]
+
+
+class _Package(types.ModuleType):
+    """Two submodules share their name with their main function (``quantize``, ``cast``);
+    importing the submodule must not replace the function on the package."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name in _WHERE and isinstance(value, types.ModuleType):
+            value = getattr(value, name)
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 
 def __getattr__(name: str):

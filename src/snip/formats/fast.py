@@ -16,16 +16,20 @@ back to the PyTorch path.
 from __future__ import annotations
 
 import os
+import threading
+import weakref
 
 import numpy as np
 import torch
 
-from snip.formats.cast import Rounding, uniform_like
+from snip.formats.cast import Rounding, draw_key
 from snip.formats.element import ElementFormat, Kind
+from snip.formats.spec import E8M0Rule, QuantSpec, ScaleFormat, Scaling
 
 try:  # numba is a core dependency, but the library must work without it
     import numba
-    from numba import njit, prange
+    from numba import njit, prange, types
+    from numba.extending import overload
 
     AVAILABLE = True
 except ImportError:  # pragma: no cover - exercised only on platforms without numba
@@ -132,14 +136,14 @@ if AVAILABLE:
 
     @njit(parallel=True, cache=True)
     def _quant_rows(
-        x, enc, dec, u, out, is_int, mbits, emin, emax, maxn, step, inv_step, sr, dequant
+        x, enc, dec, k0, k1, out, is_int, mbits, emin, emax, maxn, step, inv_step, sr, dequant
     ):
         n, k = x.shape
         for i in prange(n):
             ei = enc[i]
             di = dec[i]
             for j in range(k):
-                uj = u[i, j] if sr else np.float32(0.0)
+                uj = _u01(i * k + j, k0, k1) if sr else np.float32(0.0)
                 q = _round_elem(
                     x[i, j] * ei, is_int, mbits, emin, emax, maxn, step, inv_step, sr, uj
                 )
@@ -167,19 +171,244 @@ if AVAILABLE:
         return out
 
     @njit(parallel=True, cache=True)
-    def _quant_cols(x, k, enc, dec, u, out, is_int, mbits, emin, emax, maxn, step, inv_step, sr):
+    def _quant_cols(x, k, enc, dec, k0, k1, out, is_int, mbits, emin, emax, maxn, step, inv_step,
+                    sr):
         """Dequantized output for blocks of ``k`` rows per column; scales indexed ``[block, col]``
-        (contiguous along the inner loop, so it vectorizes), uniforms ``u[col, row]`` (the torch
-        path's draw order)."""
+        (contiguous along the inner loop, so it vectorizes); SR counter ``col * padded + row``
+        (the index in the torch path's blocks layout)."""
         r, c = x.shape
         nb = enc.shape[0]
         for b in prange(nb):
             for i in range(b * k, min(r, (b + 1) * k)):
                 for j in range(c):
-                    uj = u[j, i] if sr else np.float32(0.0)
+                    uj = _u01(j * (nb * k) + i, k0, k1) if sr else np.float32(0.0)
                     q = _round_elem(x[i, j] * enc[b, j], is_int, mbits, emin, emax, maxn, step,
                                     inv_step, sr, uj)
                     out[i, j] = q * dec[b, j]
+
+
+if AVAILABLE:
+
+    # ---- counter-based uniforms (same expression as snip.formats.cast.counter_uniforms) ----
+
+    @njit(inline="always")
+    def _mix32(h):
+        h = h ^ (h >> np.uint64(16))
+        h = (h * np.uint64(0x21F0AAAD)) & np.uint64(0xFFFFFFFF)
+        h = h ^ (h >> np.uint64(15))
+        h = (h * np.uint64(0x735A2D97)) & np.uint64(0xFFFFFFFF)
+        return h ^ (h >> np.uint64(15))
+
+    @njit(inline="always")
+    def _u01(index, k0, k1):
+        i = np.uint64(index)
+        lo = i & np.uint64(0xFFFFFFFF)
+        hi = i >> np.uint64(32)
+        h = _mix32(lo ^ np.uint64(k0))
+        h = _mix32((h + np.uint64(k1) + ((hi * np.uint64(0x9E3779B9)) & np.uint64(0xFFFFFFFF)))
+                   & np.uint64(0xFFFFFFFF))
+        return np.float32(np.int32(h >> np.uint64(8))) * np.float32(2.0**-24)
+
+    # ---- loads and stores of fp32 or bf16 (held as uint16) elements ----
+
+    def _ld(a, i):  # pragma: no cover - replaced by the overload below
+        raise NotImplementedError
+
+    def _st(a, i, v):  # pragma: no cover
+        raise NotImplementedError
+
+    @overload(_ld, inline="always")
+    def _ld_impl(a, i):
+        if a.dtype == types.uint16:
+            return lambda a, i: np.uint32(np.uint32(a[i]) << np.uint32(16)).view(np.float32)
+        return lambda a, i: np.float32(a[i])
+
+    @overload(_st, inline="always")
+    def _st_impl(a, i, v):
+        if a.dtype == types.uint16:
+            def st(a, i, v):  # torch's fp32 -> bf16: round to nearest even, NaN -> 0x7FC0
+                b = np.uint32(np.float32(v).view(np.uint32))
+                if v != v:
+                    a[i] = np.uint16(0x7FC0)
+                else:
+                    bias = np.uint32(((b >> np.uint32(16)) & np.uint32(1)) + np.uint32(0x7FFF))
+                    a[i] = np.uint16((b + bias) >> np.uint32(16))
+            return st
+
+        def st32(a, i, v):
+            a[i] = v
+        return st32
+
+    # ---- per-block scales (same arithmetic as snip.formats.scaling) ----
+
+    @njit(inline="always")
+    def _exp2_int(k):
+        """Exact fp32 2^k for integer k in [-149, 127]."""
+        if k >= -126:
+            return np.int32((k + 127) << 23).view(np.float32)
+        return np.int32(1 << (k + 149)).view(np.float32)
+
+    @njit(inline="always")
+    def _ceil_log2(v):
+        bits = np.float32(v).view(np.int32)
+        ex = (bits >> 23) & 0xFF
+        man = bits & 0x7FFFFF
+        if ex == 0:
+            return -126 if man > 0x400000 else -127
+        return ex - 127 + (1 if man != 0 else 0)
+
+    @njit(inline="always")
+    def _block_scale(amax, sfmt, pow2, emax_elem, maxn, mul, t_dec):
+        """(encode, decode) of one block from its amax (NaN if the block holds NaN/inf).
+
+        sfmt: 0 fp32, 1 e8m0 floor, 2 e8m0 rceil, 3 e4m3 under a tensor scale (``mul`` is
+        ``S_enc * (1/elem_max)``, ``t_dec`` the tensor decode scale ``1/S_enc``)."""
+        finite = amax <= np.float32(3.4028234663852886e38)
+        if sfmt == 0:
+            s = np.float32(amax / maxn)
+            if pow2:
+                s = _exp2_int(min(max(_ceil_log2(s), -126), 127))
+            if amax == np.float32(0.0):
+                s = np.float32(1.0)
+            elif s < np.float32(1.1754943508222875e-38):
+                s = np.float32(1.1754943508222875e-38)
+            if not finite:
+                s = np.float32(np.nan)
+            return np.float32(np.float32(1.0) / s), s
+        if sfmt == 1 or sfmt == 2:
+            if sfmt == 1:
+                k = ((np.float32(amax).view(np.int32) >> 23) & 0xFF) - 127 - emax_elem
+            else:
+                k = _ceil_log2(np.float32(amax / maxn))
+            k = min(max(k, -127), 127)
+            if not finite:
+                return _exp2_int(-128), np.float32(np.nan)
+            return _exp2_int(-k), _exp2_int(k)
+        # e4m3: S_dec_b = e4m3(min(amax * mul, 448)), decode = S_dec_b * t_dec
+        b = np.float32(amax * mul)
+        b = np.float32(448.0) if b > np.float32(448.0) else b
+        be = _round_elem(b, False, 3, -6, 8, np.float32(448.0), np.float32(1.0), np.float32(1.0),
+                         False, np.float32(0.0))
+        dec = np.float32(be * t_dec)
+        enc = np.float32(np.float32(1.0) / dec)
+        if enc > np.float32(3.4028234663852886e38):
+            enc = np.float32(3.4028234663852886e38)
+        if not finite:
+            dec = np.float32(np.nan)
+        return enc, dec
+
+    @njit(parallel=True, cache=True)
+    def _fused_rows(x, out, n_rows, length, k, padded, sfmt, pow2, emax_elem, maxn, mul, t_dec,
+                    fix_enc, fix_dec, is_int, mbits, emin, emax, maxne, step, inv_step, sr,
+                    k0, k1):
+        """Fake-quantize blocks of ``k`` along the last axis of ``x`` viewed ``(n_rows, length)``,
+        one parallel task per block: amax, scale, round and rescale while the block is in L1.
+        ``sfmt == -1``: one given scale (``fix_enc``, ``fix_dec``) and blocks only split work.
+        The SR counter is the element's index in the padded blocks layout (``row * padded + l``).
+        """
+        nb = (length + k - 1) // k
+        for u in prange(n_rows * nb):
+            r = u // nb
+            b = u - r * nb
+            start = r * length + b * k
+            stop = r * length + min(length, (b + 1) * k)
+            if sfmt < 0:
+                enc, dec = fix_enc, fix_dec
+            else:
+                m = np.float32(0.0)
+                bad = False
+                for p in range(start, stop):
+                    a = abs(_ld(x, p))
+                    m = a if a > m else m
+                    bad |= not (a <= np.float32(3.4028234663852886e38))
+                enc, dec = _block_scale(np.float32(np.inf) if bad else m, sfmt, pow2, emax_elem,
+                                        maxn, mul, t_dec)
+            base = r * padded + b * k - start
+            if not sr and not is_int:
+                for p in range(start, stop):
+                    v = _ld(x, p) * enc
+                    a = np.float32(abs(v))
+                    e = min(max((a.view(np.int32) >> 23) - 127, emin), emax + 1)
+                    magic = _pow2(e + 23 - mbits)
+                    q = (a + magic) - magic
+                    q = np.float32(np.copysign(maxne if q > maxne else q, v))
+                    _st(out, p, q * dec)
+            else:
+                for p in range(start, stop):
+                    uj = _u01(base + p, k0, k1) if sr else np.float32(0.0)
+                    q = _round_elem(_ld(x, p) * enc, is_int, mbits, emin, emax, maxne, step,
+                                    inv_step, sr, uj)
+                    _st(out, p, q * dec)
+
+    @njit(parallel=True, cache=True)
+    def _fused_cols(x, out, n_outer, length, inner, k, padded, sfmt, pow2, emax_elem, maxn, mul,
+                    t_dec, is_int, mbits, emin, emax, maxne, step, inv_step, sr, k0, k1):
+        """Blocks of ``k`` along the middle axis of ``x`` viewed ``(n_outer, length, inner)``
+        (e.g. axis 0 of a matrix), without transposing: each task takes ``k`` rows of ``inner``
+        columns, keeps their ``inner`` scales, and sweeps the rows again while they are in cache.
+        SR counter: ``(o * inner + i) * padded + l`` (the padded blocks layout)."""
+        nb = (length + k - 1) // k
+        for u in prange(n_outer * nb):
+            o = u // nb
+            b = u - o * nb
+            l0 = b * k
+            l1 = min(length, l0 + k)
+            m = np.zeros(inner, np.float32)
+            for li in range(l0, l1):
+                row = (o * length + li) * inner
+                for i in range(inner):
+                    a = abs(_ld(x, row + i))
+                    a = np.float32(np.inf) if not (a <= np.float32(3.4028234663852886e38)) else a
+                    m[i] = a if a > m[i] else m[i]
+            enc = np.empty(inner, np.float32)
+            dec = np.empty(inner, np.float32)
+            for i in range(inner):
+                enc[i], dec[i] = _block_scale(m[i], sfmt, pow2, emax_elem, maxn, mul, t_dec)
+            for li in range(l0, l1):
+                row = (o * length + li) * inner
+                for i in range(inner):
+                    uj = _u01((o * inner + i) * padded + li, k0, k1) if sr else np.float32(0.0)
+                    q = _round_elem(_ld(x, row + i) * enc[i], is_int, mbits, emin, emax, maxne,
+                                    step, inv_step, sr, uj)
+                    _st(out, row + i, q * dec[i])
+
+    @njit(parallel=True, cache=True)
+    def _clean_amax(x, n_rows, length, inner, k):
+        """Max |x| over the blocks that hold no NaN/inf (NVFP4's tensor amax), 0 if none."""
+        nb = (length + k - 1) // k
+        n_units = n_rows * nb
+        part = np.zeros(n_units, np.float32)
+        for u in prange(n_units):
+            o = u // nb
+            b = u - o * nb
+            l1 = min(length, (b + 1) * k)
+            for i in range(inner):
+                m = np.float32(0.0)
+                bad = False
+                for li in range(b * k, l1):
+                    a = abs(_ld(x, (o * length + li) * inner + i))
+                    m = a if a > m else m
+                    bad |= not (a <= np.float32(3.4028234663852886e38))
+                if not bad and m > part[u]:
+                    part[u] = m
+        return part.max()
+
+    @njit(parallel=True, cache=True)
+    def _tensor_amax(x, chunk):
+        n = x.shape[0]
+        nc = (n + chunk - 1) // chunk
+        part = np.zeros(nc, np.float32)
+        flag = np.zeros(nc, np.bool_)
+        for c in prange(nc):
+            m = np.float32(0.0)
+            bad = False
+            for p in range(c * chunk, min(n, (c + 1) * chunk)):
+                a = abs(_ld(x, p))
+                m = a if a > m else m
+                bad |= a != a
+            part[c] = m
+            flag[c] = bad
+        return np.float32(np.nan) if flag.any() else part.max()
 
 
 def quantize_columns(x: torch.Tensor, k: int, scales_fn, fmt: ElementFormat, rounding: Rounding,
@@ -193,11 +422,11 @@ def quantize_columns(x: torch.Tensor, k: int, scales_fn, fmt: ElementFormat, rou
     amax = torch.from_numpy(_amax_cols(x.numpy(), k)).T.reshape(-1, 1)
     scales = scales_fn(amax)
     sr = rounding is Rounding.STOCHASTIC
-    u = uniform_like(torch.empty(c * nb, k), generator).view(c, nb * k) if sr else torch.empty(1, 1)
-    out = torch.empty_like(x)
+    k0, k1 = draw_key(generator) if sr else (0, 0)
+    out = empty(x.shape)
     f32 = np.float32
     _quant_cols(x.numpy(), k, scales.encode.reshape(c, nb).T.contiguous().numpy(),
-                scales.decode.reshape(c, nb).T.contiguous().numpy(), u.numpy(), out.numpy(),
+                scales.decode.reshape(c, nb).T.contiguous().numpy(), k0, k1, out.numpy(),
                 fmt.kind is Kind.INT, fmt.mbits, fmt.emin, fmt.emax, f32(fmt.max_normal),
                 f32(fmt.step), f32(1.0 / fmt.step), sr)
     return out
@@ -234,13 +463,12 @@ def quantize_blocks(
     _follow_torch_threads()
     blocks = blocks.contiguous()
     sr = rounding is Rounding.STOCHASTIC
-    u = uniform_like(blocks, generator) if sr else torch.empty(1, 1)
+    k0, k1 = draw_key(generator) if sr else (0, 0)
     chunks, per_row = _chunked(blocks)
     enc = encode.reshape(-1).float()
     dec = decode.reshape(-1).float()
     if per_row > 1:
         enc, dec = enc.repeat_interleave(per_row), dec.repeat_interleave(per_row)
-        u = u.reshape(chunks.shape) if sr else u
     out = torch.empty_like(chunks)
     is_int = fmt.kind is Kind.INT
     f32 = np.float32
@@ -261,7 +489,8 @@ def quantize_blocks(
         chunks.numpy(),
         enc.contiguous().numpy(),
         dec.contiguous().numpy(),
-        u.numpy(),
+        k0,
+        k1,
         out.numpy(),
         is_int,
         fmt.mbits,
@@ -274,3 +503,149 @@ def quantize_blocks(
         dequant,
     )
     return out.view(blocks.shape)
+
+
+# ---------------------------------------------------------------------------------------------
+# Output buffers
+# ---------------------------------------------------------------------------------------------
+
+_CACHE_MIN = 1 << 20  # smaller outputs come from torch.empty: glibc recycles those by itself
+
+
+class _BufferCache:
+    """Recycles the memory of snip's own large outputs once the caller drops them.
+
+    A fresh large allocation is a fresh ``mmap`` whose pages fault in on first write: measured
+    at 21-94 ms for 64 MiB in this project's VMs, 5-20x the cost of writing the data.  So each
+    output of at least 1 MiB is a view of a buffer from this cache; when the tensor dies, a
+    ``weakref.finalize`` returns the buffer (up to ``limit`` bytes of idle buffers are kept,
+    ``SNIP_BUFFER_CACHE_MB``, default 1024; 0 turns recycling off).  Nothing process-wide
+    changes: other allocations still go to the system allocator.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.idle: dict[int, list[np.ndarray]] = {}
+        self.idle_bytes = 0
+        self.lock = threading.Lock()
+
+    def _give_back(self, buf: np.ndarray) -> None:
+        with self.lock:
+            if self.idle_bytes + buf.nbytes <= self.limit:
+                self.idle.setdefault(buf.nbytes, []).append(buf)
+                self.idle_bytes += buf.nbytes
+
+    def take(self, nbytes: int) -> np.ndarray:
+        with self.lock:
+            bufs = self.idle.get(nbytes)
+            if bufs:
+                self.idle_bytes -= nbytes
+                return bufs.pop()
+        return np.empty(nbytes, np.uint8)
+
+    def empty(self, shape: torch.Size, dtype: torch.dtype) -> torch.Tensor:
+        nbytes = shape.numel() * dtype.itemsize
+        if self.limit <= 0 or nbytes < _CACHE_MIN:
+            return torch.empty(shape, dtype=dtype)
+        buf = self.take(nbytes)
+        view = buf[:]  # the tensor owns this view; its death hands ``buf`` back
+        weakref.finalize(view, self._give_back, buf)
+        return torch.from_numpy(view).view(dtype).view(shape)
+
+    def clear(self) -> None:
+        with self.lock:
+            self.idle.clear()
+            self.idle_bytes = 0
+
+
+_buffers = _BufferCache(int(float(os.environ.get("SNIP_BUFFER_CACHE_MB", "1024")) * (1 << 20)))
+
+
+def empty(shape: torch.Size | tuple[int, ...], dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """An uninitialised CPU tensor, recycled from snip's output-buffer cache when large."""
+    return _buffers.empty(torch.Size(shape), dtype)
+
+
+def release_buffers() -> None:
+    """Drop the idle output buffers this process keeps for reuse."""
+    _buffers.clear()
+
+
+# ---------------------------------------------------------------------------------------------
+# One-call fused quantization (the default path of snip.formats.quantize)
+# ---------------------------------------------------------------------------------------------
+
+_IO_DTYPES = (torch.float32, torch.bfloat16)
+
+
+def fusable(x: torch.Tensor, spec: QuantSpec) -> bool:
+    """Whether :func:`quantize_fused` handles this input and spec (else: the blocked path)."""
+    return (enabled() and x.device.type == "cpu" and x.dtype in _IO_DTYPES and x.numel() > 0
+            and x.dim() > 0 and supports(spec.element) and not spec.hadamard
+            and spec.scaling in (Scaling.TENSOR, Scaling.CHANNEL, Scaling.BLOCK))
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    """Flat numpy view: fp32 as float32, bf16 as its uint16 bit patterns."""
+    flat = t.reshape(-1)
+    if t.dtype == torch.bfloat16:
+        return flat.view(torch.int16).numpy().view(np.uint16)
+    return flat.numpy()
+
+
+def _scale_params(spec: QuantSpec) -> tuple[int, bool, int, np.float32]:
+    fmt = spec.element
+    if spec.scale_format is ScaleFormat.E8M0:
+        sfmt = 1 if spec.e8m0_rule is E8M0Rule.FLOOR else 2
+    else:
+        sfmt = 3 if spec.scale_format is ScaleFormat.E4M3 else 0
+    return sfmt, bool(spec.pow2_scales), int(fmt.emax), np.float32(fmt.max_normal)
+
+
+def quantize_fused(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Rounding,
+                   generator: torch.Generator | None) -> torch.Tensor:
+    """``quantize(x, spec, axis=axis)`` in one output allocation and (mostly) one pass.
+
+    Same bits as the PyTorch path: the block scales follow :mod:`snip.formats.scaling`
+    operation for operation, the SR coin is :func:`snip.formats.cast.counter_uniforms` of the
+    element's index in the padded blocks layout, and the fp32 -> bf16 store rounds as torch.
+    """
+    from snip.formats.scaling import fp32_scales, nvfp4_encode_scale
+
+    _follow_torch_threads()
+    x = x.contiguous()
+    fmt = spec.element
+    axis %= x.dim()
+    out = empty(x.shape, x.dtype)
+    xs, os_ = _np(x), _np(out)
+    sr = rounding is Rounding.STOCHASTIC
+    k0, k1 = draw_key(generator) if sr else (0, 0)
+    f32 = np.float32
+    elem = (fmt.kind is Kind.INT, fmt.mbits, fmt.emin, fmt.emax, f32(fmt.max_normal),
+            f32(fmt.step), f32(1.0 / fmt.step), sr, k0, k1)
+    sfmt, pow2, emax_elem, maxn = _scale_params(spec)
+    n = x.numel()
+    if spec.scaling is Scaling.TENSOR:
+        amax = torch.tensor([[float(_tensor_amax(xs, _CHUNK))]], dtype=torch.float32)
+        sc = fp32_scales(amax, spec)
+        _fused_rows(xs, os_, 1, n, _CHUNK, n, -1, pow2, emax_elem, maxn, f32(0), f32(0),
+                    f32(sc.encode.item()), f32(sc.decode.item()), *elem)
+        return out
+    outer = int(np.prod(x.shape[:axis], dtype=np.int64))
+    length = x.shape[axis]
+    inner = n // (outer * length)
+    k = length if spec.scaling is Scaling.CHANNEL else spec.block
+    padded = -(-length // k) * k
+    mul = t_dec = f32(0)
+    if sfmt == 3:
+        x_amax = torch.tensor(float(_clean_amax(xs, outer, length, inner, k)))
+        s_enc = nvfp4_encode_scale(x_amax, spec)
+        inv_elem = torch.tensor(1.0 / fmt.max_normal, dtype=torch.float32)
+        mul, t_dec = f32((s_enc * inv_elem).item()), f32((1.0 / s_enc).item())
+    if inner == 1:
+        _fused_rows(xs, os_, outer, length, k, padded, sfmt, pow2, emax_elem, maxn, mul, t_dec,
+                    f32(0), f32(0), *elem)
+    else:
+        _fused_cols(xs, os_, outer, length, inner, k, padded, sfmt, pow2, emax_elem, maxn, mul,
+                    t_dec, *elem)
+    return out
