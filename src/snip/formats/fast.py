@@ -29,7 +29,8 @@ from snip.formats.spec import E8M0Rule, QuantSpec, ScaleFormat, Scaling
 try:  # numba is a core dependency, but the library must work without it
     import numba
     from numba import njit, prange, types
-    from numba.extending import overload
+    from numba.extending import intrinsic, overload
+    from llvmlite import ir
 
     AVAILABLE = True
 except ImportError:  # pragma: no cover - exercised only on platforms without numba
@@ -190,24 +191,37 @@ if AVAILABLE:
 if AVAILABLE:
 
     # ---- counter-based uniforms (same expression as snip.formats.cast.counter_uniforms) ----
+    # Written as LLVM IR on i32: numba would widen uint32 products to 64 bits, and 64-bit
+    # vector multiplies made stochastic rounding 2.5x slower than RNE.
 
-    @njit(inline="always")
-    def _mix32(h):
-        h = h ^ (h >> np.uint64(16))
-        h = (h * np.uint64(0x21F0AAAD)) & np.uint64(0xFFFFFFFF)
-        h = h ^ (h >> np.uint64(15))
-        h = (h * np.uint64(0x735A2D97)) & np.uint64(0xFFFFFFFF)
-        return h ^ (h >> np.uint64(15))
+    def _mix32_ir(builder, h):
+        i32 = ir.IntType(32)
+        h = builder.xor(h, builder.lshr(h, ir.Constant(i32, 16)))
+        h = builder.mul(h, ir.Constant(i32, 0x21F0AAAD))
+        h = builder.xor(h, builder.lshr(h, ir.Constant(i32, 15)))
+        h = builder.mul(h, ir.Constant(i32, 0x735A2D97))
+        return builder.xor(h, builder.lshr(h, ir.Constant(i32, 15)))
+
+    @intrinsic
+    def _hash24(typingctx, index, k0, k1):
+        """24 random bits: ``mix(mix(lo ^ k0) + k1 + hi * golden) >> 8`` in wrapping i32."""
+        sig = types.int32(types.int64, types.int64, types.int64)
+
+        def codegen(context, builder, signature, args):
+            i32, i64 = ir.IntType(32), ir.IntType(64)
+            idx, a, b = args
+            lo = builder.trunc(idx, i32)
+            hi = builder.trunc(builder.lshr(idx, ir.Constant(i64, 32)), i32)
+            h = _mix32_ir(builder, builder.xor(lo, builder.trunc(a, i32)))
+            h = builder.add(builder.add(h, builder.trunc(b, i32)),
+                            builder.mul(hi, ir.Constant(i32, 0x9E3779B9)))
+            return builder.lshr(_mix32_ir(builder, h), ir.Constant(i32, 8))
+
+        return sig, codegen
 
     @njit(inline="always")
     def _u01(index, k0, k1):
-        i = np.uint64(index)
-        lo = i & np.uint64(0xFFFFFFFF)
-        hi = i >> np.uint64(32)
-        h = _mix32(lo ^ np.uint64(k0))
-        h = _mix32((h + np.uint64(k1) + ((hi * np.uint64(0x9E3779B9)) & np.uint64(0xFFFFFFFF)))
-                   & np.uint64(0xFFFFFFFF))
-        return np.float32(np.int32(h >> np.uint64(8))) * np.float32(2.0**-24)
+        return np.float32(_hash24(index, k0, k1)) * np.float32(2.0**-24)
 
     # ---- loads and stores of fp32 or bf16 (held as uint16) elements ----
 
@@ -297,48 +311,190 @@ if AVAILABLE:
             dec = np.float32(np.nan)
         return enc, dec
 
+    _FINITE_BITS = 0x7F800000  # |x| bit patterns at or above this are inf or NaN
+
+    def _absbits(a, i):  # pragma: no cover - replaced by the overload below
+        raise NotImplementedError
+
+    @overload(_absbits, inline="always")
+    def _absbits_impl(a, i):
+        """|x| as an int32 bit pattern (orders like the float; >= 0x7F800000: inf/NaN)."""
+        if a.dtype == types.uint16:
+            return lambda a, i: (np.int32(a[i]) & np.int32(0x7FFF)) << np.int32(16)
+        return lambda a, i: np.float32(a[i]).view(np.int32) & np.int32(0x7FFFFFFF)
+
+    @njit(inline="always")
+    def _max_bits(xs):
+        m = np.int32(0)
+        for j in range(xs.shape[0]):
+            b = _absbits(xs, j)
+            m = b if b > m else m
+        return m
+
+    @njit(inline="always")
+    def _amax_of_bits(m):
+        """Block amax for the scale rules: inf stands for any NaN/inf in the block."""
+        return np.float32(np.inf) if m >= _FINITE_BITS else np.int32(m).view(np.float32)
+
+    @njit
+    def _scales(m, enc, dec, sfmt, pow2, emax_elem, maxn, mul, t_dec):
+        """Scales of a run of blocks from their amax bits (the format branch is taken once)."""
+        n = m.shape[0]
+        if sfmt == 1:  # e8m0 floor (OCP MX): straight-line code over blocks
+            for i in range(n):
+                bits = m[i]
+                kk = min(max(((bits >> 23) & 0xFF) - 127 - emax_elem, -127), 127)
+                fin = bits < _FINITE_BITS
+                enc[i] = _exp2_int(-kk) if fin else _exp2_int(-128)
+                dec[i] = _exp2_int(kk) if fin else np.float32(np.nan)
+        else:
+            for i in range(n):
+                enc[i], dec[i] = _block_scale(_amax_of_bits(m[i]), sfmt, pow2, emax_elem, maxn,
+                                              mul, t_dec)
+
+    @njit
+    def _rne_span(xs, os_, enc, dec, mbits, emin, emax, maxn):
+        """The hot loop (RNE onto a float grid, one scale): branch-free, so it vectorizes."""
+        for j in range(xs.shape[0]):
+            v = _ld(xs, j) * enc
+            a = np.float32(abs(v))
+            e = min(max((a.view(np.int32) >> 23) - 127, emin), emax + 1)
+            magic = _pow2(e + 23 - mbits)
+            q = (a + magic) - magic
+            q = np.float32(np.copysign(maxn if q > maxn else q, v))
+            _st(os_, j, q * dec)
+
+    @njit
+    def _sr_span(xs, os_, enc, dec, base, mbits, emin, emax, maxn, k0, k1):
+        """Stochastic rounding onto a float grid, one scale; SR counter ``base + j``."""
+        for j in range(xs.shape[0]):
+            u = _u01(base + j, k0, k1)
+            v = _ld(xs, j) * enc
+            a = np.float32(abs(v))
+            e = min(max((a.view(np.int32) >> 23) - 127, emin), emax + 1)
+            t = a * _pow2(mbits - e)
+            n = np.float32(np.floor(t))
+            n = n + np.float32(1.0) if u < t - n else n
+            q = n * _pow2(e - mbits)
+            q = np.float32(np.copysign(maxn if q > maxn else q, v))
+            _st(os_, j, q * dec)
+
+    @njit
+    def _any_span(xs, os_, enc, dec, base, is_int, mbits, emin, emax, maxn, step, inv_step, sr,
+                  k0, k1):
+        """Any format and rounding (the integer formats), one scale; SR counter ``base + j``."""
+        for j in range(xs.shape[0]):
+            uj = _u01(base + j, k0, k1) if sr else np.float32(0.0)
+            q = _round_elem(_ld(xs, j) * enc, is_int, mbits, emin, emax, maxn, step, inv_step,
+                            sr, uj)
+            _st(os_, j, q * dec)
+
+    @njit
+    def _span(xs, os_, enc, dec, base, is_int, mbits, emin, emax, maxn, step, inv_step, sr,
+              k0, k1):
+        if is_int:
+            _any_span(xs, os_, enc, dec, base, is_int, mbits, emin, emax, maxn, step, inv_step,
+                      sr, k0, k1)
+        elif sr:
+            _sr_span(xs, os_, enc, dec, base, mbits, emin, emax, maxn, k0, k1)
+        else:
+            _rne_span(xs, os_, enc, dec, mbits, emin, emax, maxn)
+
+    @njit
+    def _rne_span_vec(xs, os_, enc, dec, mbits, emin, emax, maxn):
+        for j in range(xs.shape[0]):
+            v = _ld(xs, j) * enc[j]
+            a = np.float32(abs(v))
+            e = min(max((a.view(np.int32) >> 23) - 127, emin), emax + 1)
+            magic = _pow2(e + 23 - mbits)
+            q = (a + magic) - magic
+            q = np.float32(np.copysign(maxn if q > maxn else q, v))
+            _st(os_, j, q * dec[j])
+
+    @njit
+    def _sr_span_vec(xs, os_, enc, dec, base, stride, mbits, emin, emax, maxn, k0, k1):
+        for j in range(xs.shape[0]):
+            u = _u01(base + j * stride, k0, k1)
+            v = _ld(xs, j) * enc[j]
+            a = np.float32(abs(v))
+            e = min(max((a.view(np.int32) >> 23) - 127, emin), emax + 1)
+            t = a * _pow2(mbits - e)
+            n = np.float32(np.floor(t))
+            n = n + np.float32(1.0) if u < t - n else n
+            q = n * _pow2(e - mbits)
+            q = np.float32(np.copysign(maxn if q > maxn else q, v))
+            _st(os_, j, q * dec[j])
+
+    @njit
+    def _any_span_vec(xs, os_, enc, dec, base, stride, is_int, mbits, emin, emax, maxn, step,
+                      inv_step, sr, k0, k1):
+        """One scale per element; SR counter ``base + j * stride``."""
+        if not is_int and not sr:
+            _rne_span_vec(xs, os_, enc, dec, mbits, emin, emax, maxn)
+            return
+        if not is_int:
+            _sr_span_vec(xs, os_, enc, dec, base, stride, mbits, emin, emax, maxn, k0, k1)
+            return
+        for j in range(xs.shape[0]):
+            uj = _u01(base + j * stride, k0, k1) if sr else np.float32(0.0)
+            q = _round_elem(_ld(xs, j) * enc[j], is_int, mbits, emin, emax, maxn, step,
+                            inv_step, sr, uj)
+            _st(os_, j, q * dec[j])
+
+    @njit
+    def _run(xs, os_, k, nblk, base, sfmt, pow2, emax_elem, maxn, mul, t_dec, is_int, mbits,
+             emin, emax, maxne, step, inv_step, sr, k0, k1):
+        """``nblk`` consecutive blocks of ``k`` (the last may be short): amaxes, scales, then one
+        scale per element broadcast into L1 and one straight vectorized pass over the run."""
+        n = xs.shape[0]
+        m = np.empty(nblk, np.int32)
+        for b in range(nblk):
+            m[b] = _max_bits(xs[b * k:min(n, (b + 1) * k)])
+        enc = np.empty(nblk, np.float32)
+        dec = np.empty(nblk, np.float32)
+        _scales(m, enc, dec, sfmt, pow2, emax_elem, maxn, mul, t_dec)
+        enc_e = np.empty(n, np.float32)
+        dec_e = np.empty(n, np.float32)
+        for b in range(nblk):
+            enc_e[b * k:min(n, (b + 1) * k)] = enc[b]
+            dec_e[b * k:min(n, (b + 1) * k)] = dec[b]
+        _any_span_vec(xs, os_, enc_e, dec_e, base, 1, is_int, mbits, emin, emax, maxne, step,
+                      inv_step, sr, k0, k1)
+
     @njit(parallel=True, cache=True)
-    def _fused_rows(x, out, n_rows, length, k, padded, sfmt, pow2, emax_elem, maxn, mul, t_dec,
-                    fix_enc, fix_dec, is_int, mbits, emin, emax, maxne, step, inv_step, sr,
+    def _fused_rows(x, out, n_rows, length, k_rt, kt, padded, sfmt, pow2, emax_elem, maxn, mul,
+                    t_dec, fix_enc, fix_dec, is_int, mbits, emin, emax, maxne, step, inv_step, sr,
                     k0, k1):
-        """Fake-quantize blocks of ``k`` along the last axis of ``x`` viewed ``(n_rows, length)``,
-        one parallel task per block: amax, scale, round and rescale while the block is in L1.
-        ``sfmt == -1``: one given scale (``fix_enc``, ``fix_dec``) and blocks only split work.
-        The SR counter is the element's index in the padded blocks layout (``row * padded + l``).
+        """Fake-quantize blocks of ``k`` along the last axis of ``x`` viewed ``(n_rows, length)``.
+
+        Each parallel task takes a run of blocks of one row (about ``_CHUNK`` elements): their
+        amaxes, then their scales, then block by block rounding and rescaling -- all while the
+        run is in L1/L2, so memory sees one read and one write per element.  ``sfmt == -1``: one
+        given scale (``fix_enc``, ``fix_dec``); blocks then only split the work.  The SR counter
+        is the element's index in the padded blocks layout (``row * padded + l``).
+
+        ``kt`` is a tuple whose *length* is the block size when that is small (16, 32): numba
+        then compiles the kernel for that size, with constant trip counts that LLVM unrolls into
+        whole vectors; ``kt == ()`` means "use ``k_rt``".
         """
+        k = len(kt) if len(kt) > 0 else k_rt
         nb = (length + k - 1) // k
-        for u in prange(n_rows * nb):
-            r = u // nb
-            b = u - r * nb
-            start = r * length + b * k
-            stop = r * length + min(length, (b + 1) * k)
+        group = max(1, _CHUNK // k)
+        ng = (nb + group - 1) // group
+        for u in prange(n_rows * ng):
+            r = u // ng
+            g = u - r * ng
+            b0 = g * group
+            b1 = min(nb, b0 + group)
+            start = r * length + b0 * k
+            stop = r * length + min(length, b1 * k)
+            base = r * padded + b0 * k
             if sfmt < 0:
-                enc, dec = fix_enc, fix_dec
-            else:
-                m = np.float32(0.0)
-                bad = False
-                for p in range(start, stop):
-                    a = abs(_ld(x, p))
-                    m = a if a > m else m
-                    bad |= not (a <= np.float32(3.4028234663852886e38))
-                enc, dec = _block_scale(np.float32(np.inf) if bad else m, sfmt, pow2, emax_elem,
-                                        maxn, mul, t_dec)
-            base = r * padded + b * k - start
-            if not sr and not is_int:
-                for p in range(start, stop):
-                    v = _ld(x, p) * enc
-                    a = np.float32(abs(v))
-                    e = min(max((a.view(np.int32) >> 23) - 127, emin), emax + 1)
-                    magic = _pow2(e + 23 - mbits)
-                    q = (a + magic) - magic
-                    q = np.float32(np.copysign(maxne if q > maxne else q, v))
-                    _st(out, p, q * dec)
-            else:
-                for p in range(start, stop):
-                    uj = _u01(base + p, k0, k1) if sr else np.float32(0.0)
-                    q = _round_elem(_ld(x, p) * enc, is_int, mbits, emin, emax, maxne, step,
-                                    inv_step, sr, uj)
-                    _st(out, p, q * dec)
+                _span(x[start:stop], out[start:stop], fix_enc, fix_dec, base, is_int, mbits,
+                      emin, emax, maxne, step, inv_step, sr, k0, k1)
+                continue
+            _run(x[start:stop], out[start:stop], k, b1 - b0, base, sfmt, pow2, emax_elem, maxn,
+                 mul, t_dec, is_int, mbits, emin, emax, maxne, step, inv_step, sr, k0, k1)
 
     @njit(parallel=True, cache=True)
     def _fused_cols(x, out, n_outer, length, inner, k, padded, sfmt, pow2, emax_elem, maxn, mul,
@@ -353,62 +509,57 @@ if AVAILABLE:
             b = u - o * nb
             l0 = b * k
             l1 = min(length, l0 + k)
-            m = np.zeros(inner, np.float32)
+            m = np.zeros(inner, np.int32)
             for li in range(l0, l1):
-                row = (o * length + li) * inner
+                xs = x[(o * length + li) * inner:(o * length + li + 1) * inner]
                 for i in range(inner):
-                    a = abs(_ld(x, row + i))
-                    a = np.float32(np.inf) if not (a <= np.float32(3.4028234663852886e38)) else a
-                    m[i] = a if a > m[i] else m[i]
+                    bi = _absbits(xs, i)
+                    m[i] = bi if bi > m[i] else m[i]
             enc = np.empty(inner, np.float32)
             dec = np.empty(inner, np.float32)
-            for i in range(inner):
-                enc[i], dec[i] = _block_scale(m[i], sfmt, pow2, emax_elem, maxn, mul, t_dec)
+            _scales(m, enc, dec, sfmt, pow2, emax_elem, maxn, mul, t_dec)
             for li in range(l0, l1):
-                row = (o * length + li) * inner
-                for i in range(inner):
-                    uj = _u01((o * inner + i) * padded + li, k0, k1) if sr else np.float32(0.0)
-                    q = _round_elem(_ld(x, row + i) * enc[i], is_int, mbits, emin, emax, maxne,
-                                    step, inv_step, sr, uj)
-                    _st(out, row + i, q * dec[i])
+                lo = (o * length + li) * inner
+                _any_span_vec(x[lo:lo + inner], out[lo:lo + inner], enc, dec,
+                              o * inner * padded + li, padded, is_int, mbits, emin, emax, maxne,
+                              step, inv_step, sr, k0, k1)
 
     @njit(parallel=True, cache=True)
     def _clean_amax(x, n_rows, length, inner, k):
         """Max |x| over the blocks that hold no NaN/inf (NVFP4's tensor amax), 0 if none."""
         nb = (length + k - 1) // k
         n_units = n_rows * nb
-        part = np.zeros(n_units, np.float32)
+        part = np.zeros(n_units, np.int32)
         for u in prange(n_units):
             o = u // nb
             b = u - o * nb
             l1 = min(length, (b + 1) * k)
+            if inner == 1:
+                mb = _max_bits(x[o * length + b * k:o * length + l1])
+                part[u] = mb if mb < _FINITE_BITS else 0
+                continue
+            m = np.zeros(inner, np.int32)
+            for li in range(b * k, l1):
+                xs = x[(o * length + li) * inner:(o * length + li + 1) * inner]
+                for i in range(inner):
+                    bi = _absbits(xs, i)
+                    m[i] = bi if bi > m[i] else m[i]
+            best = np.int32(0)
             for i in range(inner):
-                m = np.float32(0.0)
-                bad = False
-                for li in range(b * k, l1):
-                    a = abs(_ld(x, (o * length + li) * inner + i))
-                    m = a if a > m else m
-                    bad |= not (a <= np.float32(3.4028234663852886e38))
-                if not bad and m > part[u]:
-                    part[u] = m
-        return part.max()
+                if m[i] < _FINITE_BITS and m[i] > best:
+                    best = m[i]
+            part[u] = best
+        return np.int32(part.max()).view(np.float32)
 
     @njit(parallel=True, cache=True)
     def _tensor_amax(x, chunk):
+        """Max |x| of the whole tensor: NaN if it holds a NaN, else inf if it holds an inf."""
         n = x.shape[0]
         nc = (n + chunk - 1) // chunk
-        part = np.zeros(nc, np.float32)
-        flag = np.zeros(nc, np.bool_)
+        part = np.zeros(nc, np.int32)
         for c in prange(nc):
-            m = np.float32(0.0)
-            bad = False
-            for p in range(c * chunk, min(n, (c + 1) * chunk)):
-                a = abs(_ld(x, p))
-                m = a if a > m else m
-                bad |= a != a
-            part[c] = m
-            flag[c] = bad
-        return np.float32(np.nan) if flag.any() else part.max()
+            part[c] = _max_bits(x[c * chunk:min(n, (c + 1) * chunk)])
+        return np.int32(part.max()).view(np.float32)
 
 
 def quantize_columns(x: torch.Tensor, k: int, scales_fn, fmt: ElementFormat, rounding: Rounding,
@@ -628,7 +779,7 @@ def quantize_fused(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Roundi
     if spec.scaling is Scaling.TENSOR:
         amax = torch.tensor([[float(_tensor_amax(xs, _CHUNK))]], dtype=torch.float32)
         sc = fp32_scales(amax, spec)
-        _fused_rows(xs, os_, 1, n, _CHUNK, n, -1, pow2, emax_elem, maxn, f32(0), f32(0),
+        _fused_rows(xs, os_, 1, n, _CHUNK, (), n, -1, pow2, emax_elem, maxn, f32(0), f32(0),
                     f32(sc.encode.item()), f32(sc.decode.item()), *elem)
         return out
     outer = int(np.prod(x.shape[:axis], dtype=np.int64))
@@ -643,7 +794,8 @@ def quantize_fused(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Roundi
         inv_elem = torch.tensor(1.0 / fmt.max_normal, dtype=torch.float32)
         mul, t_dec = f32((s_enc * inv_elem).item()), f32((1.0 / s_enc).item())
     if inner == 1:
-        _fused_rows(xs, os_, outer, length, k, padded, sfmt, pow2, emax_elem, maxn, mul, t_dec,
+        kt = (0,) * k if k in (16, 32) and length % k == 0 else ()
+        _fused_rows(xs, os_, outer, length, k, kt, padded, sfmt, pow2, emax_elem, maxn, mul, t_dec,
                     f32(0), f32(0), *elem)
     else:
         _fused_cols(xs, os_, outer, length, inner, k, padded, sfmt, pow2, emax_elem, maxn, mul,
