@@ -72,11 +72,11 @@ def supports(fmt: ElementFormat) -> bool:
 
 if AVAILABLE:
 
-    @njit(inline="always")
+    @njit(inline="always", error_model="numpy")
     def _pow2(e):
         return np.int32((e + 127) << 23).view(np.float32)
 
-    @njit(inline="always")
+    @njit(inline="always", error_model="numpy")
     def _round_elem(v, is_int, mbits, emin, emax, maxn, step, inv_step, sr, u):
         a = np.float32(abs(v))
         if is_int:
@@ -104,7 +104,7 @@ if AVAILABLE:
             q = maxn
         return np.float32(np.copysign(q, v))
 
-    @njit(parallel=True, cache=True)
+    @njit(parallel=True, cache=True, error_model="numpy")
     def _quant_rows_rne_float(x, enc, dec, out, mbits, emin, emax, maxn, dequant):
         """The hot case (RNE onto a float grid) without the branches of ``_quant_rows``: about
         25% faster, because the inner loop vectorizes."""
@@ -121,7 +121,7 @@ if AVAILABLE:
                 q = np.float32(np.copysign(maxn if q > maxn else q, v))
                 out[i, j] = q * di if dequant else q
 
-    @njit(parallel=True, cache=True)
+    @njit(parallel=True, cache=True, error_model="numpy")
     def _amax_rows(x):
         n, k = x.shape
         out = np.empty(n, np.float32)
@@ -135,7 +135,7 @@ if AVAILABLE:
             out[i] = np.float32(np.nan) if bad else m
         return out
 
-    @njit(parallel=True, cache=True)
+    @njit(parallel=True, cache=True, error_model="numpy")
     def _quant_rows(
         x, enc, dec, k0, k1, out, is_int, mbits, emin, emax, maxn, step, inv_step, sr, dequant
     ):
@@ -153,7 +153,7 @@ if AVAILABLE:
 
 if AVAILABLE:
 
-    @njit(parallel=True, cache=True)
+    @njit(parallel=True, cache=True, error_model="numpy")
     def _amax_cols(x, k):
         """Per-column amax of each group of ``k`` rows: shape ``(ceil(R/k), C)``."""
         r, c = x.shape
@@ -171,7 +171,7 @@ if AVAILABLE:
                     out[b, j] = np.float32(np.nan)
         return out
 
-    @njit(parallel=True, cache=True)
+    @njit(parallel=True, cache=True, error_model="numpy")
     def _quant_cols(x, k, enc, dec, k0, k1, out, is_int, mbits, emin, emax, maxn, step, inv_step,
                     sr):
         """Dequantized output for blocks of ``k`` rows per column; scales indexed ``[block, col]``
@@ -219,7 +219,7 @@ if AVAILABLE:
 
         return sig, codegen
 
-    @njit(inline="always")
+    @njit(inline="always", error_model="numpy")
     def _u01(index, k0, k1):
         return np.float32(_hash24(index, k0, k1)) * np.float32(2.0**-24)
 
@@ -255,14 +255,14 @@ if AVAILABLE:
 
     # ---- per-block scales (same arithmetic as snip.formats.scaling) ----
 
-    @njit(inline="always")
+    @njit(inline="always", error_model="numpy")
     def _exp2_int(k):
         """Exact fp32 2^k for integer k in [-149, 127]."""
         if k >= -126:
             return np.int32((k + 127) << 23).view(np.float32)
         return np.int32(1 << (k + 149)).view(np.float32)
 
-    @njit(inline="always")
+    @njit(inline="always", error_model="numpy")
     def _ceil_log2(v):
         bits = np.float32(v).view(np.int32)
         ex = (bits >> 23) & 0xFF
@@ -271,7 +271,7 @@ if AVAILABLE:
             return -126 if man > 0x400000 else -127
         return ex - 127 + (1 if man != 0 else 0)
 
-    @njit(inline="always")
+    @njit(inline="always", error_model="numpy")
     def _block_scale(amax, sfmt, pow2, emax_elem, maxn, mul, t_dec):
         """(encode, decode) of one block from its amax (NaN if the block holds NaN/inf).
 
@@ -323,7 +323,7 @@ if AVAILABLE:
             return lambda a, i: (np.int32(a[i]) & np.int32(0x7FFF)) << np.int32(16)
         return lambda a, i: np.float32(a[i]).view(np.int32) & np.int32(0x7FFFFFFF)
 
-    @njit(inline="always")
+    @njit(inline="always", error_model="numpy")
     def _max_bits(xs):
         m = np.int32(0)
         for j in range(xs.shape[0]):
@@ -331,12 +331,12 @@ if AVAILABLE:
             m = b if b > m else m
         return m
 
-    @njit(inline="always")
+    @njit(inline="always", error_model="numpy")
     def _amax_of_bits(m):
         """Block amax for the scale rules: inf stands for any NaN/inf in the block."""
         return np.float32(np.inf) if m >= _FINITE_BITS else np.int32(m).view(np.float32)
 
-    @njit
+    @njit(error_model="numpy")
     def _scales(m, enc, dec, sfmt, pow2, emax_elem, maxn, mul, t_dec):
         """Scales of a run of blocks from their amax bits (the format branch is taken once)."""
         n = m.shape[0]
@@ -352,7 +352,7 @@ if AVAILABLE:
                 enc[i], dec[i] = _block_scale(_amax_of_bits(m[i]), sfmt, pow2, emax_elem, maxn,
                                               mul, t_dec)
 
-    @njit
+    @njit(error_model="numpy")
     def _rne_span(xs, os_, enc, dec, mbits, emin, emax, maxn):
         """The hot loop (RNE onto a float grid, one scale): branch-free, so it vectorizes."""
         for j in range(xs.shape[0]):
@@ -364,7 +364,7 @@ if AVAILABLE:
             q = np.float32(np.copysign(maxn if q > maxn else q, v))
             _st(os_, j, q * dec)
 
-    @njit
+    @njit(error_model="numpy")
     def _sr_span(xs, os_, enc, dec, base, mbits, emin, emax, maxn, k0, k1):
         """Stochastic rounding onto a float grid, one scale; SR counter ``base + j``."""
         for j in range(xs.shape[0]):
@@ -379,7 +379,7 @@ if AVAILABLE:
             q = np.float32(np.copysign(maxn if q > maxn else q, v))
             _st(os_, j, q * dec)
 
-    @njit
+    @njit(error_model="numpy")
     def _any_span(xs, os_, enc, dec, base, is_int, mbits, emin, emax, maxn, step, inv_step, sr,
                   k0, k1):
         """Any format and rounding (the integer formats), one scale; SR counter ``base + j``."""
@@ -389,7 +389,7 @@ if AVAILABLE:
                             sr, uj)
             _st(os_, j, q * dec)
 
-    @njit
+    @njit(error_model="numpy")
     def _span(xs, os_, enc, dec, base, is_int, mbits, emin, emax, maxn, step, inv_step, sr,
               k0, k1):
         if is_int:
@@ -400,7 +400,7 @@ if AVAILABLE:
         else:
             _rne_span(xs, os_, enc, dec, mbits, emin, emax, maxn)
 
-    @njit
+    @njit(error_model="numpy")
     def _rne_span_vec(xs, os_, enc, dec, mbits, emin, emax, maxn):
         for j in range(xs.shape[0]):
             v = _ld(xs, j) * enc[j]
@@ -411,7 +411,7 @@ if AVAILABLE:
             q = np.float32(np.copysign(maxn if q > maxn else q, v))
             _st(os_, j, q * dec[j])
 
-    @njit
+    @njit(error_model="numpy")
     def _sr_span_vec(xs, os_, enc, dec, base, stride, mbits, emin, emax, maxn, k0, k1):
         for j in range(xs.shape[0]):
             u = _u01(base + j * stride, k0, k1)
@@ -425,7 +425,7 @@ if AVAILABLE:
             q = np.float32(np.copysign(maxn if q > maxn else q, v))
             _st(os_, j, q * dec[j])
 
-    @njit
+    @njit(error_model="numpy")
     def _any_span_vec(xs, os_, enc, dec, base, stride, is_int, mbits, emin, emax, maxn, step,
                       inv_step, sr, k0, k1):
         """One scale per element; SR counter ``base + j * stride``."""
@@ -441,7 +441,7 @@ if AVAILABLE:
                             inv_step, sr, uj)
             _st(os_, j, q * dec[j])
 
-    @njit
+    @njit(error_model="numpy")
     def _run(xs, os_, k, nblk, base, sfmt, pow2, emax_elem, maxn, mul, t_dec, is_int, mbits,
              emin, emax, maxne, step, inv_step, sr, k0, k1):
         """``nblk`` consecutive blocks of ``k`` (the last may be short): amaxes, scales, then one
@@ -461,7 +461,7 @@ if AVAILABLE:
         _any_span_vec(xs, os_, enc_e, dec_e, base, 1, is_int, mbits, emin, emax, maxne, step,
                       inv_step, sr, k0, k1)
 
-    @njit(parallel=True, cache=True)
+    @njit(parallel=True, cache=True, error_model="numpy")
     def _fused_rows(x, out, n_rows, length, k_rt, kt, padded, sfmt, pow2, emax_elem, maxn, mul,
                     t_dec, fix_enc, fix_dec, is_int, mbits, emin, emax, maxne, step, inv_step, sr,
                     k0, k1):
@@ -496,7 +496,7 @@ if AVAILABLE:
             _run(x[start:stop], out[start:stop], k, b1 - b0, base, sfmt, pow2, emax_elem, maxn,
                  mul, t_dec, is_int, mbits, emin, emax, maxne, step, inv_step, sr, k0, k1)
 
-    @njit(parallel=True, cache=True)
+    @njit(parallel=True, cache=True, error_model="numpy")
     def _fused_cols(x, out, n_outer, length, inner, k, padded, sfmt, pow2, emax_elem, maxn, mul,
                     t_dec, is_int, mbits, emin, emax, maxne, step, inv_step, sr, k0, k1):
         """Blocks of ``k`` along the middle axis of ``x`` viewed ``(n_outer, length, inner)``
@@ -524,7 +524,7 @@ if AVAILABLE:
                               o * inner * padded + li, padded, is_int, mbits, emin, emax, maxne,
                               step, inv_step, sr, k0, k1)
 
-    @njit(parallel=True, cache=True)
+    @njit(parallel=True, cache=True, error_model="numpy")
     def _clean_amax(x, n_rows, length, inner, k):
         """Max |x| over the blocks that hold no NaN/inf (NVFP4's tensor amax), 0 if none."""
         nb = (length + k - 1) // k
@@ -551,7 +551,7 @@ if AVAILABLE:
             part[u] = best
         return np.int32(part.max()).view(np.float32)
 
-    @njit(parallel=True, cache=True)
+    @njit(parallel=True, cache=True, error_model="numpy")
     def _tensor_amax(x, chunk):
         """Max |x| of the whole tensor: NaN if it holds a NaN, else inf if it holds an inf."""
         n = x.shape[0]
