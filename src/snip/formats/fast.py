@@ -763,6 +763,8 @@ def quantize_fused(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Roundi
     """
     from snip.formats.scaling import fp32_scales, nvfp4_encode_scale
 
+    if not -x.dim() <= axis < x.dim():
+        raise ValueError(f"axis {axis} is out of range for a {x.dim()}-D tensor")
     _follow_torch_threads()
     x = x.contiguous()
     fmt = spec.element
