@@ -28,9 +28,9 @@ from snip.formats.spec import E8M0Rule, QuantSpec, ScaleFormat, Scaling
 
 try:  # numba is a core dependency, but the library must work without it
     import numba
+    from llvmlite import ir
     from numba import njit, prange, types
     from numba.extending import intrinsic, overload
-    from llvmlite import ir
 
     AVAILABLE = True
 except ImportError:  # pragma: no cover - exercised only on platforms without numba
