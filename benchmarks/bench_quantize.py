@@ -15,7 +15,8 @@ plain ``copy_`` of the tensor into a preallocated one, the memory-bandwidth roof
 in interleaved rounds (one call of each row per round) and each figure is the median over the
 rounds, so that load changes on a shared machine hit every row alike.  Every ratio is against a
 row of the same process.  The fast path is checked bit-identical to the PyTorch reference path
-on this input before timing.
+on this input before timing.  The ``faults`` column counts minor page faults per call in this
+process (no ``tune_malloc``): it shows whether a row touches fresh memory, independent of load.
 """
 
 from __future__ import annotations
@@ -117,6 +118,23 @@ def measure(size: int, repeats: int, peers: bool) -> dict[str, float]:
     return {k: statistics.median(v) for k, v in times.items()}
 
 
+def faults_per_call(size: int) -> dict[str, float]:
+    """Minor page faults per call of each fast row: a load-independent sign of fresh memory
+    (a 64 MiB fresh allocation costs 16384 faults; a recycled output buffer costs none)."""
+    import resource
+
+    x = torch.randn(size, size, generator=torch.Generator().manual_seed(0))
+    out = {}
+    for name, fn in rows_for(x).items():
+        fn()
+        fn()
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        for _ in range(3):
+            fn()
+        out[name] = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 3
+    return out
+
+
 def summary(ms: dict[str, float]) -> dict[str, float | None]:
     def ratio(a: str, b: str) -> float | None:
         return ms[b] / ms[a] if a in ms and b in ms else None
@@ -158,9 +176,10 @@ def main() -> None:
         done = subprocess.run(cmd, capture_output=True, text=True, check=True)
         tuned = json.loads(done.stdout.strip().splitlines()[-1])
     n = args.size * args.size
+    flt = faults_per_call(args.size)
     print(f"{args.size}x{args.size} fp32, {torch.get_num_threads()} threads; "
           f"median of {args.repeats} interleaved rounds; CPU: {cpu_info()['summary']}")
-    print(f"{'row':<34} {'ms':>8} {'Melem/s':>8} {'x copy_':>8} {'x torchao':>9}"
+    print(f"{'row':<34} {'ms':>8} {'Melem/s':>8} {'x copy_':>8} {'x torchao':>9} {'faults':>7}"
           f" | {'tuned ms':>8} {'x copy_':>8} {'x torchao':>9}")
     for k in ms:
         cols = []
@@ -171,8 +190,11 @@ def main() -> None:
             peer = table.get(AO_MX if "mxfp4" in k else AO_NV if "nvfp4" in k else "")
             vs = f"{peer / table[k]:9.1f}" if peer and k.startswith("snip") else f"{'':>9}"
             cols.append(f"{table[k] * 1e3:8.1f} {table[COPY] / table[k]:8.3f} {vs}")
-        first = cols[0].split(" ", 1)
-        print(f"{k:<34} {first[0]:>8} {n / ms[k] / 1e6:8.0f} {first[1]} | {cols[1]}")
+        f = f"{flt[k]:7.0f}" if k in flt else f"{'':>7}"
+        first = cols[0].split()
+        first += [""] * (3 - len(first))
+        print(f"{k:<34} {first[0]:>8} {n / ms[k] / 1e6:8.0f} {first[1]:>8} {first[2]:>9} {f}"
+              f" | {cols[1]}")
     s = summary(ms)
     st = summary(tuned) if tuned else {}
     print("targets: mxfp4, nvfp4 >= 20x torchao; fp8 per-tensor and tile128 >= 0.5x copy_; "
@@ -184,6 +206,7 @@ def main() -> None:
         "size": args.size, "torch": torch.__version__, "machine": platform.machine(),
         "cpu": cpu_info(), "threads": torch.get_num_threads(), "fast_path": fast.enabled(),
         "seconds": ms, "seconds_tune_malloc": tuned, "summary": s, "summary_tune_malloc": st,
+        "minor_faults_per_call": flt,
         "command": "python benchmarks/bench_quantize.py " + " ".join(sys.argv[1:]),
     })
     print(f"wrote {path}")
