@@ -1,16 +1,33 @@
-"""Fused CPU kernels for block quantization (numba), bit-identical to the PyTorch path.
+"""Fused CPU kernels for quantization (numba), bit-identical to the PyTorch path.
 
 The PyTorch path of :func:`snip.formats.quantize` is a dozen elementwise passes over memory
-(abs, amax, scale, exponent extraction, magic-number rounding, saturation, sign, rescale).  Here
-the same arithmetic runs in two fused passes -- one read for the block amax, one read and one
-write for scale -> round -> rescale -- parallel over blocks.  Scales themselves are still computed
-by :mod:`snip.formats.scaling` from the amax (they are few), so the only code duplicated here is
-the per-element rounding, and the test suite checks that both paths agree bit for bit on every
-preset, rounding mode and edge case.
+(abs, amax, scale, exponent extraction, magic-number rounding, saturation, sign, rescale) and as
+many temporaries.  :func:`quantize_fused` does the same arithmetic in one pass for tensor,
+per-channel and 1-D block scaling along any axis, on fp32 or bf16 input:
 
-All arithmetic is fp32 (``np.float32`` constants everywhere: a Python float literal would promote
-to float64 and change the rounding).  If numba is missing, or ``SNIP_FAST=0`` is set, callers fall
-back to the PyTorch path.
+* each parallel task takes a run of blocks (~16 KiB), computes their amaxes (as integer maxima
+  of ``|x|`` bit patterns, which vectorize), their scales (:func:`_block_scale` repeats
+  :mod:`snip.formats.scaling` operation for operation: fp32, e8m0 floor/rceil, NVFP4's e4m3
+  under an fp32 tensor scale), broadcasts the scales into L1, and rounds and rescales the run in
+  one straight vectorized loop, storing straight into the output (bf16 stores round to nearest
+  even like torch).  Only per-tensor scaling and NVFP4 read the input twice (the global amax);
+* blocks along a middle axis (axis 0 of a matrix: the weight-gradient operands) are handled
+  without a transpose: a task takes ``k`` rows and keeps one scale per column;
+* stochastic rounding draws ``u`` from a keyed counter hash of the element's index in the
+  padded blocks layout (:func:`snip.formats.cast.counter_uniforms`; here as i32 LLVM IR so that
+  it vectorizes): the same numbers whatever the thread count, and the reference path draws them
+  too;
+* the output (the only large allocation) comes from :class:`_BufferCache`, which recycles
+  snip's own freed output buffers: a fresh 64 MiB allocation page-faults for 5-20x longer than
+  the quantization takes in this project's VMs, and library users do not call
+  ``snip.runtime.tune_malloc()``.
+
+The older two-pass kernels (``_amax_rows``/``_quant_rows``/``_quant_cols``) still serve
+:func:`snip.formats.encode` and 2-D weight tiles.  All arithmetic is fp32 (``np.float32``
+constants everywhere: a Python float literal would promote to float64 and change the rounding),
+with IEEE division (``error_model="numpy"``).  If numba is missing, or ``SNIP_FAST=0`` is set,
+callers fall back to the PyTorch path; the test suite checks that both paths agree bit for bit
+on every preset, rounding mode, axis, input dtype and edge case.
 """
 
 from __future__ import annotations
