@@ -695,7 +695,7 @@ class _BufferCache:
         self.limit = limit
         self.idle: dict[int, list[np.ndarray]] = {}
         self.idle_bytes = 0
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()  # a finalizer may run inside a locked section (GC)
 
     def _give_back(self, buf: np.ndarray) -> None:
         with self.lock:
