@@ -5,7 +5,9 @@ in bf16 on the same input), because the machine is shared and noisy.  For each s
 ``tokens x in x out`` and each format (all three GEMMs in that format) it reports:
 
 * step time (forward + backward, median of ``--repeats``) of ``QLinear`` with ``save=hp`` and
-  ``save=encoded``, and its ratio to the fp32 and bf16 ``nn.Linear`` steps;
+  ``save=encoded``; its ratio to the fp32 ``nn.Linear`` step is the median of per-round ratios
+  with the fp32 step run right before it in each round (``/fp32``), its ratio to bf16 is
+  against the bf16 baseline's median;
 * where the CPU multiplies bf16 natively (``amx_bf16`` / ``avx512_bf16``), the ``hp`` step with
   ``accum="auto"`` (GEMMs on bf16 operands, bf16 outputs; see :mod:`snip.nn.gemm`);
 * bytes saved for backward: bf16 ``X`` (what an autocast bf16 layer keeps), ``QLinear``'s hp
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -82,19 +85,36 @@ def baseline_times(t: int, k: int, n: int, repeats: int, bf16_repeats: int) -> d
     return {"fp32_ms": fp32, "bf16_ms": bf16}
 
 
+def paired(fn: Callable[[], None], base: Callable[[], None], repeats: int) -> tuple[float, float]:
+    """Median ms of ``fn`` and the median of its per-round ratio to ``base``, the two run
+    back to back in each round (a shared machine's load then hits both alike)."""
+    fn()
+    base()
+    times, ratios = [], []
+    for _ in range(repeats):
+        tb = median_time(base, 1, 0)
+        tf = median_time(fn, 1, 0)
+        times.append(tf)
+        ratios.append(tf / tb)
+    return statistics.median(times) * 1e3, statistics.median(ratios)
+
+
 def qlinear_row(t: int, k: int, n: int, preset: str, repeats: int) -> dict[str, float]:
     torch.manual_seed(0)
     x, dy = torch.randn(t, k), torch.randn(t, n)
+    base = step_fn(nn.Linear(k, n), x, dy)
     row: dict[str, float] = {}
     for save in SaveMode:
         q = QLinear(k, n, specs=preset, save=save)
-        row[f"{save.value}_ms"] = timed(step_fn(q, x, dy), repeats)
+        row[f"{save.value}_ms"], row[f"{save.value}_vs_fp32"] = paired(step_fn(q, x, dy), base,
+                                                                       repeats)
         q(x.requires_grad_())  # one differentiable forward to read the saved bytes
         x.requires_grad_(False)
         row[f"saved_{save.value}_bytes"] = q.saved_bytes
+    row["auto_ms"] = row["auto_vs_fp32"] = float("nan")
     if bf16_gemm_native():
         q = QLinear(k, n, specs=preset, save=SaveMode.HP, accum="auto")
-        row["auto_ms"] = timed(step_fn(q, x, dy), repeats)
+        row["auto_ms"], row["auto_vs_fp32"] = paired(step_fn(q, x, dy), base, repeats)
     return row
 
 
@@ -128,8 +148,6 @@ def run(sizes: list[tuple[int, int, int]], repeats: int, bf16_repeats: int) -> d
         entry = {"tokens": t, "in": k, "out": n, **base, "bf16_x_bytes": t * k * 2, "formats": {}}
         for preset in PRESETS:
             row = qlinear_row(t, k, n, preset, repeats)
-            row["hp_vs_fp32"] = row["hp_ms"] / base["fp32_ms"]
-            row["auto_vs_fp32"] = row.get("auto_ms", float("nan")) / base["fp32_ms"]
             row["hp_vs_bf16"] = row["hp_ms"] / base["bf16_ms"]
             row["encoded_vs_bf16"] = row["encoded_ms"] / base["bf16_ms"]
             row["saved_encoded_vs_bf16"] = row["saved_encoded_bytes"] / entry["bf16_x_bytes"]
