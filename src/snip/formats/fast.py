@@ -430,8 +430,25 @@ if AVAILABLE:
 
     @njit(error_model="numpy")
     def _sr_span_vec(xs, os_, enc, dec, base, stride, mbits, emin, emax, maxn, k0, k1):
+        if stride == 1:  # the rows kernel: no 64-bit vector multiply for the counter
+            _sr_span_vec1(xs, os_, enc, dec, base, mbits, emin, emax, maxn, k0, k1)
+            return
         for j in range(xs.shape[0]):
             u = _u01(base + j * stride, k0, k1)
+            v = _ld(xs, j) * enc[j]
+            a = np.float32(abs(v))
+            e = min(max((a.view(np.int32) >> 23) - 127, emin), emax + 1)
+            t = a * _pow2(mbits - e)
+            n = np.float32(np.floor(t))
+            n = n + np.float32(1.0) if u < t - n else n
+            q = n * _pow2(e - mbits)
+            q = np.float32(np.copysign(maxn if q > maxn else q, v))
+            _st(os_, j, q * dec[j])
+
+    @njit(error_model="numpy")
+    def _sr_span_vec1(xs, os_, enc, dec, base, mbits, emin, emax, maxn, k0, k1):
+        for j in range(xs.shape[0]):
+            u = _u01(base + j, k0, k1)
             v = _ld(xs, j) * enc[j]
             a = np.float32(abs(v))
             e = min(max((a.view(np.int32) >> 23) - 127, emin), emax + 1)
