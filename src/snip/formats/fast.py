@@ -59,7 +59,10 @@ _CHUNK = 4096  # elements per parallel task when one scale covers a long row
 _launched = False
 
 
-def _follow_torch_threads() -> None:
+_PARALLEL_MIN = 1 << 20  # elements; below this one thread is faster than waking a second
+
+
+def _follow_torch_threads(numel: int | None = None) -> None:
     """Use as many numba threads as torch does: on a busy machine oversubscribed thread pools
     make small kernels 10-60x slower, and users already tune ``torch.set_num_threads``.
 
@@ -74,6 +77,10 @@ def _follow_torch_threads() -> None:
         torch.set_num_threads(want)
         _launched = True
     n = max(1, min(want, numba.config.NUMBA_NUM_THREADS))
+    if numel is not None and numel < _PARALLEL_MIN:
+        # a parallel region costs a wake-up of every thread; on a loaded machine the slowest
+        # thread's scheduling delay (ms) dwarfs a small tensor's work (tens of us)
+        n = 1
     if numba.get_num_threads() != n:
         numba.set_num_threads(n)
 
@@ -799,7 +806,7 @@ def quantize_fused(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Roundi
 
     if not -x.dim() <= axis < x.dim():
         raise ValueError(f"axis {axis} is out of range for a {x.dim()}-D tensor")
-    _follow_torch_threads()
+    _follow_torch_threads(x.numel())
     x = x.contiguous()
     fmt = spec.element
     axis %= x.dim()
@@ -830,6 +837,8 @@ def quantize_fused(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Roundi
         inv_elem = torch.tensor(1.0 / fmt.max_normal, dtype=torch.float32)
         mul, t_dec = f32((s_enc * inv_elem).item()), f32((1.0 / s_enc).item())
     if inner == 1:
+        if length % k == 0:  # whole blocks: rows do not matter, one long row balances best
+            outer, length, padded = 1, outer * length, outer * length
         kt = (0,) * k if k in (16, 32) and length % k == 0 else ()
         _fused_rows(xs, os_, outer, length, k, kt, padded, sfmt, pow2, emax_elem, maxn, mul, t_dec,
                     f32(0), f32(0), *elem)
