@@ -37,3 +37,29 @@ def write_json(name: str, data: dict) -> Path:
     path = OUT / name
     path.write_text(json.dumps(data, indent=2))
     return path
+
+
+def cpu_info() -> dict[str, object]:
+    """CPU model and the flags that decide kernel speed (AVX2/AVX-512/bf16/AMX), from lscpu."""
+    import platform
+    import subprocess
+
+    model, flags = platform.processor() or platform.machine(), []
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+        for line in out.splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "Model name":
+                model = value.strip()
+            elif key.strip() == "Flags":
+                flags = value.split()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    wanted = ("avx2", "fma", "avx512f", "avx512bw", "avx512_bf16", "avx512_vnni", "avx512_fp16",
+              "amx_bf16", "amx_tile", "amx_int8")
+    have = [f for f in wanted if f in flags]
+    import os
+
+    cores = os.cpu_count()
+    return {"model": model, "cores": cores, "flags": have,
+            "summary": f"{model}, {cores} cores, {' '.join(have) or 'no AVX2'}"}

@@ -5,11 +5,21 @@ in bf16 on the same input), because the machine is shared and noisy.  For each s
 ``tokens x in x out`` and each format (all three GEMMs in that format) it reports:
 
 * step time (forward + backward, median of ``--repeats``) of ``QLinear`` with ``save=hp`` and
-  ``save=encoded``, and its ratio to the fp32 and bf16 ``nn.Linear`` steps;
+  ``save=encoded``; its ratio to the fp32 ``nn.Linear`` step is the median of per-round ratios
+  with the fp32 step run right before it in each round (``/fp32``), its ratio to bf16 is
+  against the bf16 baseline's median;
+* where the CPU multiplies bf16 natively (``amx_bf16`` / ``avx512_bf16``), the ``hp`` step with
+  ``accum="auto"`` (GEMMs on bf16 operands, bf16 outputs; see :mod:`snip.nn.gemm`);
 * bytes saved for backward: bf16 ``X`` (what an autocast bf16 layer keeps), ``QLinear``'s hp
   (fp32 ``X``) and encoded (packed ``Q_wgrad(X)``) activations, with ratios to bf16;
 * for the largest size, a breakdown of one quantized step: time in the six operand
   quantizations vs the three fp32 GEMMs.
+
+Run in a fresh process without ``snip.runtime.tune_malloc()`` (as a library user runs it;
+``--mallopt`` turns it on).  The bf16 ``nn.Linear`` baseline runs at every size where bf16 GEMMs
+are native and only up to 1024^3 elsewhere (on AVX2-only CPUs one 2048^3 bf16 step takes ~100 s),
+so the script finishes in a few minutes.  The machine's CPU model and flags are printed and
+saved with the figures.
 
 Usage::
 
@@ -23,6 +33,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -31,16 +43,18 @@ from torch import nn
 
 from snip.formats import get_spec, quantize
 from snip.nn import QLinear, SaveMode
+from snip.nn.gemm import bf16_gemm_native
 from snip.runtime import tune_malloc
 
 try:
-    from benchmarks._util import median_time
+    from benchmarks._util import cpu_info, median_time
 except ImportError:  # run as a script from the benchmarks directory
-    from _util import median_time
+    from _util import cpu_info, median_time
 
 FULL_SIZES = [(512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048)]
 QUICK_SIZES = [(128, 128, 128), (256, 256, 256)]
-PRESETS = ["mxfp4", "nvfp4", "fp8_e4m3"]
+PRESETS = ["mxfp4", "nvfp4", "fp4_e2m1_tile128", "fp8_e4m3"]
+BF16_SLOW_CAP = 1024**3  # largest bf16 baseline (tokens*in*out) where bf16 is not native
 OUT = Path(__file__).parent / "out" / "bench_linear.json"
 
 
@@ -63,22 +77,44 @@ def baseline_times(t: int, k: int, n: int, repeats: int, bf16_repeats: int) -> d
     lin = nn.Linear(k, n)
     x, dy = torch.randn(t, k), torch.randn(t, n)
     fp32 = timed(step_fn(lin, x, dy), repeats)
+    if not bf16_gemm_native() and t * k * n > BF16_SLOW_CAP:
+        return {"fp32_ms": fp32, "bf16_ms": float("nan")}  # capped: ~100 s per step on AVX2
     lin16 = nn.Linear(k, n).bfloat16()
-    warm = 1 if bf16_repeats > 1 else 0  # bf16 GEMMs are very slow on AVX2-only CPUs
+    warm = 1 if bf16_repeats > 1 else 0
     bf16 = timed(step_fn(lin16, x.bfloat16(), dy.bfloat16()), bf16_repeats, warmup=warm)
     return {"fp32_ms": fp32, "bf16_ms": bf16}
+
+
+def paired(fn: Callable[[], None], base: Callable[[], None], repeats: int) -> tuple[float, float]:
+    """Median ms of ``fn`` and the median of its per-round ratio to ``base``, the two run
+    back to back in each round (a shared machine's load then hits both alike)."""
+    fn()
+    base()
+    times, ratios = [], []
+    for _ in range(repeats):
+        tb = median_time(base, 1, 0)
+        tf = median_time(fn, 1, 0)
+        times.append(tf)
+        ratios.append(tf / tb)
+    return statistics.median(times) * 1e3, statistics.median(ratios)
 
 
 def qlinear_row(t: int, k: int, n: int, preset: str, repeats: int) -> dict[str, float]:
     torch.manual_seed(0)
     x, dy = torch.randn(t, k), torch.randn(t, n)
+    base = step_fn(nn.Linear(k, n), x, dy)
     row: dict[str, float] = {}
     for save in SaveMode:
         q = QLinear(k, n, specs=preset, save=save)
-        row[f"{save.value}_ms"] = timed(step_fn(q, x, dy), repeats)
+        row[f"{save.value}_ms"], row[f"{save.value}_vs_fp32"] = paired(step_fn(q, x, dy), base,
+                                                                       repeats)
         q(x.requires_grad_())  # one differentiable forward to read the saved bytes
         x.requires_grad_(False)
         row[f"saved_{save.value}_bytes"] = q.saved_bytes
+    row["auto_ms"] = row["auto_vs_fp32"] = float("nan")
+    if bf16_gemm_native():
+        q = QLinear(k, n, specs=preset, save=SaveMode.HP, accum="auto")
+        row["auto_ms"], row["auto_vs_fp32"] = paired(step_fn(q, x, dy), base, repeats)
     return row
 
 
@@ -103,13 +139,15 @@ def breakdown(t: int, k: int, n: int, preset: str, repeats: int) -> dict[str, fl
 
 
 def run(sizes: list[tuple[int, int, int]], repeats: int, bf16_repeats: int) -> dict:
-    results = {"torch": torch.__version__, "threads": torch.get_num_threads(), "sizes": []}
+    results = {"torch": torch.__version__, "threads": torch.get_num_threads(), "cpu": cpu_info(),
+               "bf16_gemm_native": bf16_gemm_native(), "sizes": []}
+    print(f"CPU: {results['cpu']['summary']}; torch threads {results['threads']}; "
+          f"bf16 GEMM native: {results['bf16_gemm_native']}")
     for t, k, n in sizes:
         base = baseline_times(t, k, n, repeats, bf16_repeats if t * k * n >= 2048**3 else repeats)
         entry = {"tokens": t, "in": k, "out": n, **base, "bf16_x_bytes": t * k * 2, "formats": {}}
         for preset in PRESETS:
             row = qlinear_row(t, k, n, preset, repeats)
-            row["hp_vs_fp32"] = row["hp_ms"] / base["fp32_ms"]
             row["hp_vs_bf16"] = row["hp_ms"] / base["bf16_ms"]
             row["encoded_vs_bf16"] = row["encoded_ms"] / base["bf16_ms"]
             row["saved_encoded_vs_bf16"] = row["saved_encoded_bytes"] / entry["bf16_x_bytes"]
@@ -126,11 +164,13 @@ def run(sizes: list[tuple[int, int, int]], repeats: int, bf16_repeats: int) -> d
 def print_size(e: dict) -> None:
     print(f"\n{e['tokens']}x{e['in']}x{e['out']}  nn.Linear fp32 {e['fp32_ms']:.1f} ms, "
           f"bf16 {e['bf16_ms']:.1f} ms;  bf16 X = {e['bf16_x_bytes']} B")
-    print(f"{'format':10s} {'hp ms':>9s} {'/fp32':>6s} {'/bf16':>6s} {'enc ms':>9s} {'/bf16':>6s}"
+    print(f"{'format':16s} {'hp ms':>8s} {'/fp32':>6s} {'/bf16':>6s} {'auto ms':>8s} {'/fp32':>6s}"
+          f" {'enc ms':>8s} {'/bf16':>6s}"
           f" {'saved hp B':>11s} {'/bf16':>5s} {'saved enc B':>11s} {'/bf16':>5s}")
     for p, r in e["formats"].items():
-        print(f"{p:10s} {r['hp_ms']:9.1f} {r['hp_vs_fp32']:6.2f} {r['hp_vs_bf16']:6.2f}"
-              f" {r['encoded_ms']:9.1f} {r['encoded_vs_bf16']:6.2f}"
+        print(f"{p:16s} {r['hp_ms']:8.1f} {r['hp_vs_fp32']:6.2f} {r['hp_vs_bf16']:6.2f}"
+              f" {r.get('auto_ms', float('nan')):8.1f} {r['auto_vs_fp32']:6.2f}"
+              f" {r['encoded_ms']:8.1f} {r['encoded_vs_bf16']:6.2f}"
               f" {r['saved_hp_bytes']:11d} {r['saved_hp_vs_bf16']:5.2f}"
               f" {r['saved_encoded_bytes']:11d} {r['saved_encoded_vs_bf16']:5.2f}")
 
@@ -151,11 +191,14 @@ def main() -> None:
     ap.add_argument("--bf16-repeats", type=int, default=1,
                     help="timed bf16 baseline steps at 2048^3 and above (slow on AVX2 CPUs)")
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--mallopt", action="store_true", help="call snip.runtime.tune_malloc() first")
     args = ap.parse_args()
-    tune_malloc()  # as `snip train` does: large temporaries reuse heap pages
+    if args.mallopt:
+        tune_malloc()
     sizes = QUICK_SIZES if args.quick else FULL_SIZES
     results = run(sizes, args.repeats, args.bf16_repeats)
-    results["command"] = "python benchmarks/bench_linear.py" + (" --quick" if args.quick else "")
+    results["command"] = "python benchmarks/bench_linear.py " + " ".join(sys.argv[1:])
+    results["mallopt"] = bool(args.mallopt)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2))
     print(f"\nwrote {args.out}")

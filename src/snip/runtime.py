@@ -5,6 +5,11 @@ so each large PyTorch temporary pays first-touch page faults again.  In the VMs 
 on that costs ~80 ms per 64 MiB tensor -- six times the memory-bandwidth cost of filling it.
 Raising the mmap and trim thresholds keeps freed blocks in the heap for reuse, the same effect
 users get from jemalloc/tcmalloc or ``MALLOC_MMAP_THRESHOLD_``.  Set ``SNIP_MALLOPT=0`` to skip.
+
+The quantizers do not need it: :func:`snip.formats.quantize` makes one output allocation per
+call from a cache of its own recycled buffers (:mod:`snip.formats.fast`), with no page faults
+per call either way.  It still helps code that creates large torch temporaries every step (the
+autograd graph, optimizer states); ``snip train`` keeps calling it.
 """
 
 from __future__ import annotations

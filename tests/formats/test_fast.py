@@ -19,7 +19,8 @@ def inputs() -> list[torch.Tensor]:
     x[6, 9] = float("inf")
     x[7] = torch.randint(-24, 25, (256,), generator=g) / 4  # ties
     x[8, :] = 1e-41  # fp32 subnormals
-    return [x, torch.randn(3, 5, 70, generator=g), torch.randn(2, 16384, generator=g)]
+    return [x, torch.randn(3, 5, 70, generator=g), torch.randn(2, 16384, generator=g),
+            x.bfloat16(), torch.randn(4, 40, 33, generator=g).bfloat16()]
 
 
 def both_paths(fn, monkeypatch):
@@ -34,13 +35,14 @@ def both_paths(fn, monkeypatch):
 @pytest.mark.parametrize("rounding", ["rne", "stochastic"])
 def test_fast_equals_torch_path(preset, rounding, monkeypatch):
     for x in inputs():
-        for axis in (-1, 0):
+        for axis in (-1, 0, 1) if x.dim() == 3 else (-1, 0):
             a, b = both_paths(
                 lambda x=x, axis=axis: quantize(
                     x, preset, axis=axis, rounding=rounding, generator=3
                 ),
                 monkeypatch,
             )
+            assert a.dtype == b.dtype == x.dtype
             torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
 
 
@@ -70,3 +72,70 @@ def test_kernels_leave_torch_thread_count_alone():
             "snip.quantize(torch.randn(64, 64), 'mxfp4'); print(torch.get_num_threads())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "1"
+
+
+def test_fused_path_is_taken():
+    """The cases above must exercise the fused kernel, not fall back (a silent fallback would
+    make the comparison vacuous)."""
+    for x in inputs():
+        for preset in ("mxfp4", "nvfp4", "fp8_e4m3", "fp8_e4m3_tile128", "int8"):
+            assert fast.fusable(x, get_spec(preset))
+    assert not fast.fusable(torch.randn(8, 32), get_spec("mxfp4_rht"))
+    assert not fast.fusable(torch.randn(8, 32).half(), get_spec("mxfp4"))
+
+
+def test_kernel_uniforms_equal_counter_uniforms():
+    from snip.formats.cast import counter_uniforms
+
+    key = (123456789, 987654321)
+    for base in (0, 5 << 32, (1 << 40) + 12345):
+        idx = torch.arange(base, base + 4096, dtype=torch.int64)
+        ref = counter_uniforms(idx, key)
+        got = torch.tensor([fast._u01(int(i), *key) for i in idx[:64]])
+        assert torch.equal(got, ref[:64])
+        assert ref.min() >= 0 and ref.max() < 1
+
+
+def test_uniforms_look_uniform():
+    from snip.formats.cast import counter_uniforms
+
+    u = counter_uniforms(torch.arange(1 << 20), (7, 11)).double()
+    assert abs(u.mean().item() - 0.5) < 4 * (1 / 12 / (1 << 20)) ** 0.5
+    hist = torch.histc(u, bins=64, min=0, max=1)
+    expected = (1 << 20) / 64
+    chi2 = ((hist - expected) ** 2 / expected).sum().item()
+    assert chi2 < 120  # 63 degrees of freedom: p ~ 1e-5
+    lag = ((u[1:] - 0.5) * (u[:-1] - 0.5)).mean().item() * 12
+    assert abs(lag) < 0.01  # neighbouring counters are uncorrelated
+
+
+@pytest.mark.parametrize("preset", ["mxfp4", "nvfp4", "fp4_e2m1_tile128", "fp8_e4m3"])
+def test_stochastic_rounding_identical_across_thread_counts(preset, monkeypatch):
+    monkeypatch.setattr(fast, "_PARALLEL_MIN", 0)  # small tensors would run on one thread
+    x = torch.randn(300, 512, generator=torch.Generator().manual_seed(1))
+    before = torch.get_num_threads()
+    try:
+        outs = []
+        for threads in (1, 2, 3):
+            torch.set_num_threads(threads)
+            outs.append([quantize(x, preset, axis=a, rounding="stochastic", generator=9)
+                         for a in (-1, 0)])
+    finally:
+        torch.set_num_threads(before)
+    for other in outs[1:]:
+        for a, b in zip(outs[0], other, strict=True):
+            assert torch.equal(a, b)
+
+
+def test_output_buffers_are_recycled_but_never_shared():
+    x = torch.randn(1024, 1024)
+    a = quantize(x, "mxfp4")
+    a_copy = a.clone()
+    ptr = a.data_ptr()
+    b = quantize(x * 2, "mxfp4")  # a is alive: b must get other memory
+    assert b.data_ptr() != ptr and torch.equal(a, a_copy)
+    del a
+    c = quantize(x, "mxfp4")  # a's buffer came back to the cache: reused
+    assert c.data_ptr() == ptr and torch.equal(c, a_copy)
+    c.add_(1)  # the result is an ordinary writable tensor
+    fast.release_buffers()

@@ -6,9 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from snip.formats import PRESETS, get_spec
+from snip.formats import PRESETS, get_spec, quantize
 from snip.nn import GemmConfig, GemmSpecs, SavedBytes, SaveMode, quantized_linear, weight_reusable
-from snip.nn.gemm import Accum
+from snip.nn.gemm import Accum, matmul
 
 T, K, N = 64, 256, 128  # tokens, in_features, out_features
 
@@ -243,3 +243,48 @@ def test_feature_mismatch_is_a_value_error():
     x, w, b, _ = _data()
     with pytest.raises(ValueError, match="features"):
         quantized_linear(x[:, :100], w, b, GemmConfig(specs=GemmSpecs.uniform("fp32")))
+
+
+def test_bf16_exact_claims_hold():
+    """``bf16_exact`` specs give operands that survive a cast to bf16 bit for bit (so a bf16
+    GEMM multiplies exactly what the fp32 GEMM multiplies); the others are not claimed."""
+    from snip.nn.gemm import bf16_exact
+
+    claimed = {n for n, s in PRESETS.items() if bf16_exact(s)}
+    assert {"mxfp4", "mxfp6_e3m2", "mxfp6_e2m3", "mxfp8_e4m3", "mxfp8_e5m2", "mxint8",
+            "bf16"} <= claimed
+    assert not claimed & {"nvfp4", "fp8_e4m3", "fp8_e4m3_tile128", "fp4_e2m1_tile128", "fp32",
+                          "int8", "mxfp4_rht"}
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 256, generator=g) * torch.logspace(-6, 6, 256)
+    for name in claimed:
+        for axis in (-1, 0):
+            q = quantize(x, name, axis=axis, rounding="stochastic", generator=1)
+            assert torch.equal(q.bfloat16().float(), q), name
+    q = quantize(x, "fp8_e4m3_tile128")
+    assert not torch.equal(q.bfloat16().float(), q)  # a claim there would be false
+
+
+@pytest.mark.parametrize("native", ["0", "1"])
+def test_auto_accum_follows_the_hardware(native, monkeypatch):
+    from snip.nn.gemm import bf16_gemm_native
+
+    monkeypatch.setenv("SNIP_BF16_GEMM", native)
+    assert bf16_gemm_native() is (native == "1")
+    auto = _run("mxfp4", seed=1, accum=Accum.AUTO)
+    same = _run("mxfp4", seed=1, accum=Accum.BF16 if native == "1" else Accum.FP32)
+    for a, b in zip(auto, same, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_bf16_gemm_differs_from_fp32_only_by_output_rounding():
+    """On bf16-exact operands the bf16 GEMM's error is that of rounding the fp32 result to bf16
+    (plus summation order): within 2 bf16 ulps of the fp32 GEMM, element by element."""
+    g = torch.Generator().manual_seed(3)
+    a = quantize(torch.randn(64, 512, generator=g), "mxfp4")
+    b = quantize(torch.randn(512, 48, generator=g), "mxfp4", axis=0)
+    ref = a.double() @ b.double()
+    got = matmul(a, b, Accum.BF16).double()
+    ulp = ref.abs().clamp(min=1e-30) * 2.0**-8
+    scale = (a.abs().double() @ b.abs().double()) * 2.0**-20  # cancellation: summation error
+    assert ((got - ref).abs() <= 2 * ulp + scale).all()

@@ -1,69 +1,148 @@
 """The ``snip`` command line: thin wrappers over the library.
 
-Each subcommand lives in its own module here and exposes ``COMMAND`` (its name), ``HELP`` (one
-line), ``add_arguments(parser)`` and ``run(args) -> int``.  Modules are discovered automatically,
-so adding a command means adding a file.  Commands report bad input by raising the library's own
-`snip.UserError` (there is no CLI-specific exception): it is printed as one line and the exit
-code is 2; nothing is lost because commands validate before they write.  Any other exception is a
-bug and keeps its traceback; ``SNIP_DEBUG=1`` shows the traceback of a user error too.
+Each subcommand lives in its own module here and exposes ``COMMAND`` (its name, a string
+literal), ``HELP`` (one line, a string literal), ``add_arguments(parser)`` and
+``run(args) -> int``.  Adding a command means adding a file: modules are discovered by reading
+their ``COMMAND`` and ``HELP`` assignments from the source (:func:`commands`), *without importing
+them*, and only the module of the command being run is imported.  That keeps ``snip --help`` and
+``snip formats`` free of torch and the training stack (start-up in well under a second; see
+``benchmarks/RESULTS.md``).  Keep ``COMMAND`` and ``HELP`` plain string literals at module level
+so that discovery can read them; ``tests/cli/test_cli_startup.py`` checks every module.
+
+Commands report bad input by raising the library's own `snip.UserError` (there is no
+CLI-specific exception): it is printed as one line and the exit code is 2; nothing is lost
+because commands validate before they write.  Any other exception is a bug and keeps its
+traceback; ``SNIP_DEBUG=1`` shows the traceback of a user error too.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib
 import os
 import pkgutil
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
 from snip.errors import UserError
 
 
-def _commands() -> dict[str, object]:
-    found = {}
-    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        if info.name.startswith("_"):
-            continue
-        mod = importlib.import_module(f"{__name__}.{info.name}")
-        if hasattr(mod, "COMMAND"):
-            found[mod.COMMAND] = mod
+@dataclass(frozen=True)
+class CommandInfo:
+    """A subcommand found on disk: its name, one-line help and the module implementing it."""
+
+    name: str
+    help: str
+    module: str
+
+    def load(self):
+        return importlib.import_module(self.module)
+
+
+def _literal_assignments(path: Path) -> dict[str, str]:
+    """Module-level ``NAME = "literal"`` assignments of a source file (no import)."""
+    found: dict[str, str] = {}
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return found
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
+            if isinstance(node.value.value, str):
+                for target in node.targets:
+                    if isinstance(target, ast.Name):
+                        found[target.id] = node.value.value
     return found
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from snip import __version__
+def commands() -> dict[str, CommandInfo]:
+    """Every subcommand module of this package, by command name, read from source."""
+    found: dict[str, CommandInfo] = {}
+    here = Path(__file__).parent
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if info.name.startswith("_") or info.ispkg:
+            continue
+        consts = _literal_assignments(here / f"{info.name}.py")
+        if "COMMAND" in consts:
+            found[consts["COMMAND"]] = CommandInfo(consts["COMMAND"], consts.get("HELP", ""),
+                                                   f"{__name__}.{info.name}")
+    return found
 
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("snip")
+    except Exception:  # not installed (PYTHONPATH=src): ask the package itself
+        from snip import __version__
+
+        return __version__
+
+
+class _Version(argparse.Action):
+    """``--version`` that only looks the version up when asked."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS,
+                 help="show program's version number and exit"):
+        super().__init__(option_strings, dest, nargs=0, default=default, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"snip {_version()}")
+        parser.exit()
+
+
+def build_parser(load: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The ``snip`` parser; subcommands named in ``load`` (all when ``None``) get their options.
+
+    Subcommands not loaded are listed with their help line only, so ``snip --help`` imports no
+    subcommand module.
+    """
     parser = argparse.ArgumentParser(
         prog="snip",
         allow_abbrev=False,
         description=("FP8 and sub-byte LLM training with adaptive per-layer precision (SNIP)."),
     )
-    parser.add_argument("--version", action="version", version=f"snip {__version__}")
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, mod in _commands().items():
+    for name, cmd in commands().items():
         # no prefix matching: `--train.step 5` must be an error, not `--train.steps 5`
         p = sub.add_parser(
             name,
             allow_abbrev=False,
-            help=mod.HELP,
-            description=mod.HELP,
+            help=cmd.help,
+            description=cmd.help,
             formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         )
-        mod.add_arguments(p)
-        p.set_defaults(_run=mod.run)
+        if load is None or name in load:
+            mod = cmd.load()
+            mod.add_arguments(p)
+            p.set_defaults(_run=mod.run)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    from snip.runtime import tune_malloc
+def _requested(argv: Sequence[str]) -> list[str]:
+    """The subcommand named on the command line (the first argument not starting with '-')."""
+    for a in argv:
+        if not a.startswith("-"):
+            return [a]
+    return []
 
-    tune_malloc()
-    parser = build_parser()
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(load=_requested(argv))
     args = parser.parse_args(argv)
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2
+    if args.command not in ("formats",):  # pure-table commands need no allocator tuning
+        from snip.runtime import tune_malloc
+
+        tune_malloc()
     try:
         return int(args._run(args) or 0)
     except UserError as e:

@@ -7,7 +7,9 @@ The math.  For a float format with ``M`` mantissa bits and smallest normal expon
 magnitude ``a`` in binade ``e = max(floor(log2 a), emin)`` lives on the grid ``n * 2^(e - M)``.
 Rounding is therefore "scale by ``2^(M - e)``, round to an integer, scale back", and both scalings
 are exact (powers of two).  Round-to-nearest-even uses ``torch.round`` (ties to even); stochastic
-rounding rounds up with probability ``frac(t)``, drawn from ``torch.rand`` (24-bit resolution).
+rounding rounds up with probability ``frac(t)``, compared with a 24-bit uniform ``u`` that is a
+keyed hash of the element's index (:func:`uniform_like`: counter-based like Philox, so the fused
+kernels draw the same ``u`` on any number of threads; the stream differs from ``torch.rand``'s).
 Rounding up out of the top binade gives a value above ``max_normal``: that is overflow, which
 either saturates or becomes inf/NaN as the format's ``Special`` policy says (the ml_dtypes rules).
 
@@ -26,27 +28,10 @@ NaN in gives NaN out, always -- also for formats with no NaN code, where ml_dtyp
 
 from __future__ import annotations
 
-import enum
-
 import torch
 
-from snip.errors import UserError
 from snip.formats.element import ElementFormat, Kind, Special, get_element
-
-
-class Rounding(enum.Enum):
-    RNE = "rne"
-    STOCHASTIC = "stochastic"
-
-
-def as_rounding(rounding: Rounding | str) -> Rounding:
-    if isinstance(rounding, Rounding):
-        return rounding
-    try:
-        return Rounding(str(rounding).lower())
-    except ValueError:
-        valid = ", ".join(r.value for r in Rounding)
-        raise UserError(f"unknown rounding {rounding!r}; valid: {valid}") from None
+from snip.formats.rounding import Rounding, as_rounding
 
 
 def check_float_tensor(x: torch.Tensor) -> None:
@@ -72,9 +57,53 @@ def make_generator(
     return g
 
 
+# Counter-based uniforms: u = hash(key, element index), so that the fused kernels
+# (snip.formats.fast) can draw the same numbers in any order, on any number of threads.
+_M32 = 0xFFFFFFFF
+_HASH_A, _HASH_B = 0x21F0AAAD, 0x735A2D97  # C. Wellons' low-bias 32-bit mixer (both < 2^31)
+_GOLDEN = 0x9E3779B9
+
+
+def _hash32(h: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer mixer on int64 tensors holding values in ``[0, 2^32)``; products stay
+    below 2^63 (both multipliers are < 2^31), so no int64 arithmetic overflows."""
+    h = h ^ (h >> 16)
+    h = (h * _HASH_A) & _M32
+    h = h ^ (h >> 15)
+    h = (h * _HASH_B) & _M32
+    return h ^ (h >> 15)
+
+
+def draw_key(generator: torch.Generator | None, device: torch.device | str = "cpu"
+             ) -> tuple[int, int]:
+    """Two 31-bit words from ``generator`` (the global RNG when ``None``): one call's key."""
+    k = torch.randint(0, 1 << 31, (2,), generator=generator, device=device).tolist()
+    return int(k[0]), int(k[1])
+
+
+def counter_uniforms(index: torch.Tensor, key: tuple[int, int]) -> torch.Tensor:
+    """U[0, 1) fp32 with 24 random bits for each int64 ``index``: a keyed hash, no state.
+
+    ``u = (h >> 8) * 2^-24`` with ``h = mix(mix(lo ^ k0) + k1 + hi * golden)``, ``lo``/``hi`` the
+    32-bit halves of the index.  The fused kernels compute the same expression per element.
+    """
+    k0, k1 = key
+    lo, hi = index & _M32, index >> 32
+    h = _hash32(lo ^ k0)
+    h = _hash32((h + k1 + ((hi * _GOLDEN) & _M32)) & _M32)
+    return (h >> 8).to(torch.float32) * (2.0**-24)
+
+
 def uniform_like(x: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    """U[0, 1) draws in fp32, one per element: the stochastic-rounding coin."""
-    return torch.rand(x.shape, generator=generator, device=x.device, dtype=torch.float32)
+    """U[0, 1) draws in fp32, one per element: the stochastic-rounding coin.
+
+    Counter-based: element ``i`` of ``x`` (row-major order) gets ``counter_uniforms(i, key)``
+    with one key drawn from ``generator`` per call.  Reproducible from a seed and identical
+    however the work is split across threads; the stream is *not* ``torch.rand``'s.
+    """
+    key = draw_key(generator, x.device)
+    index = torch.arange(x.numel(), device=x.device, dtype=torch.int64)
+    return counter_uniforms(index, key).view(x.shape)
 
 
 _NATIVE = {

@@ -1,31 +1,53 @@
-"""Fused CPU kernels for block quantization (numba), bit-identical to the PyTorch path.
+"""Fused CPU kernels for quantization (numba), bit-identical to the PyTorch path.
 
 The PyTorch path of :func:`snip.formats.quantize` is a dozen elementwise passes over memory
-(abs, amax, scale, exponent extraction, magic-number rounding, saturation, sign, rescale).  Here
-the same arithmetic runs in two fused passes -- one read for the block amax, one read and one
-write for scale -> round -> rescale -- parallel over blocks.  Scales themselves are still computed
-by :mod:`snip.formats.scaling` from the amax (they are few), so the only code duplicated here is
-the per-element rounding, and the test suite checks that both paths agree bit for bit on every
-preset, rounding mode and edge case.
+(abs, amax, scale, exponent extraction, magic-number rounding, saturation, sign, rescale) and as
+many temporaries.  :func:`quantize_fused` does the same arithmetic in one pass for tensor,
+per-channel and 1-D block scaling along any axis, on fp32 or bf16 input:
 
-All arithmetic is fp32 (``np.float32`` constants everywhere: a Python float literal would promote
-to float64 and change the rounding).  If numba is missing, or ``SNIP_FAST=0`` is set, callers fall
-back to the PyTorch path.
+* each parallel task takes a run of blocks (~16 KiB), computes their amaxes (as integer maxima
+  of ``|x|`` bit patterns, which vectorize), their scales (:func:`_block_scale` repeats
+  :mod:`snip.formats.scaling` operation for operation: fp32, e8m0 floor/rceil, NVFP4's e4m3
+  under an fp32 tensor scale), broadcasts the scales into L1, and rounds and rescales the run in
+  one straight vectorized loop, storing straight into the output (bf16 stores round to nearest
+  even like torch).  Only per-tensor scaling and NVFP4 read the input twice (the global amax);
+* blocks along a middle axis (axis 0 of a matrix: the weight-gradient operands) are handled
+  without a transpose: a task takes ``k`` rows and keeps one scale per column;
+* stochastic rounding draws ``u`` from a keyed counter hash of the element's index in the
+  padded blocks layout (:func:`snip.formats.cast.counter_uniforms`; here as i32 LLVM IR so that
+  it vectorizes): the same numbers whatever the thread count, and the reference path draws them
+  too;
+* the output (the only large allocation) comes from :class:`_BufferCache`, which recycles
+  snip's own freed output buffers: a fresh 64 MiB allocation page-faults for 5-20x longer than
+  the quantization takes in this project's VMs, and library users do not call
+  ``snip.runtime.tune_malloc()``.
+
+The older two-pass kernels (``_amax_rows``/``_quant_rows``/``_quant_cols``) still serve
+:func:`snip.formats.encode` and 2-D weight tiles.  All arithmetic is fp32 (``np.float32``
+constants everywhere: a Python float literal would promote to float64 and change the rounding),
+with IEEE division (``error_model="numpy"``).  If numba is missing, or ``SNIP_FAST=0`` is set,
+callers fall back to the PyTorch path; the test suite checks that both paths agree bit for bit
+on every preset, rounding mode, axis, input dtype and edge case.
 """
 
 from __future__ import annotations
 
 import os
+import threading
+import weakref
 
 import numpy as np
 import torch
 
-from snip.formats.cast import Rounding, uniform_like
+from snip.formats.cast import Rounding, draw_key
 from snip.formats.element import ElementFormat, Kind
+from snip.formats.spec import E8M0Rule, QuantSpec, ScaleFormat, Scaling
 
 try:  # numba is a core dependency, but the library must work without it
     import numba
-    from numba import njit, prange
+    from llvmlite import ir
+    from numba import njit, prange, types
+    from numba.extending import intrinsic, overload
 
     AVAILABLE = True
 except ImportError:  # pragma: no cover - exercised only on platforms without numba
@@ -37,7 +59,10 @@ _CHUNK = 4096  # elements per parallel task when one scale covers a long row
 _launched = False
 
 
-def _follow_torch_threads() -> None:
+_PARALLEL_MIN = 1 << 20  # elements; below this one thread is faster than waking a second
+
+
+def _follow_torch_threads(numel: int | None = None) -> None:
     """Use as many numba threads as torch does: on a busy machine oversubscribed thread pools
     make small kernels 10-60x slower, and users already tune ``torch.set_num_threads``.
 
@@ -52,6 +77,10 @@ def _follow_torch_threads() -> None:
         torch.set_num_threads(want)
         _launched = True
     n = max(1, min(want, numba.config.NUMBA_NUM_THREADS))
+    if numel is not None and numel < _PARALLEL_MIN:
+        # a parallel region costs a wake-up of every thread; on a loaded machine the slowest
+        # thread's scheduling delay (ms) dwarfs a small tensor's work (tens of us)
+        n = 1
     if numba.get_num_threads() != n:
         numba.set_num_threads(n)
 
@@ -67,11 +96,11 @@ def supports(fmt: ElementFormat) -> bool:
 
 if AVAILABLE:
 
-    @njit(inline="always")
+    @njit(inline="always", error_model="numpy")
     def _pow2(e):
         return np.int32((e + 127) << 23).view(np.float32)
 
-    @njit(inline="always")
+    @njit(inline="always", error_model="numpy")
     def _round_elem(v, is_int, mbits, emin, emax, maxn, step, inv_step, sr, u):
         a = np.float32(abs(v))
         if is_int:
@@ -99,7 +128,7 @@ if AVAILABLE:
             q = maxn
         return np.float32(np.copysign(q, v))
 
-    @njit(parallel=True, cache=True)
+    @njit(parallel=True, cache=True, error_model="numpy")
     def _quant_rows_rne_float(x, enc, dec, out, mbits, emin, emax, maxn, dequant):
         """The hot case (RNE onto a float grid) without the branches of ``_quant_rows``: about
         25% faster, because the inner loop vectorizes."""
@@ -116,7 +145,7 @@ if AVAILABLE:
                 q = np.float32(np.copysign(maxn if q > maxn else q, v))
                 out[i, j] = q * di if dequant else q
 
-    @njit(parallel=True, cache=True)
+    @njit(parallel=True, cache=True, error_model="numpy")
     def _amax_rows(x):
         n, k = x.shape
         out = np.empty(n, np.float32)
@@ -130,16 +159,16 @@ if AVAILABLE:
             out[i] = np.float32(np.nan) if bad else m
         return out
 
-    @njit(parallel=True, cache=True)
+    @njit(parallel=True, cache=True, error_model="numpy")
     def _quant_rows(
-        x, enc, dec, u, out, is_int, mbits, emin, emax, maxn, step, inv_step, sr, dequant
+        x, enc, dec, k0, k1, out, is_int, mbits, emin, emax, maxn, step, inv_step, sr, dequant
     ):
         n, k = x.shape
         for i in prange(n):
             ei = enc[i]
             di = dec[i]
             for j in range(k):
-                uj = u[i, j] if sr else np.float32(0.0)
+                uj = _u01(i * k + j, k0, k1) if sr else np.float32(0.0)
                 q = _round_elem(
                     x[i, j] * ei, is_int, mbits, emin, emax, maxn, step, inv_step, sr, uj
                 )
@@ -148,7 +177,7 @@ if AVAILABLE:
 
 if AVAILABLE:
 
-    @njit(parallel=True, cache=True)
+    @njit(parallel=True, cache=True, error_model="numpy")
     def _amax_cols(x, k):
         """Per-column amax of each group of ``k`` rows: shape ``(ceil(R/k), C)``."""
         r, c = x.shape
@@ -166,20 +195,412 @@ if AVAILABLE:
                     out[b, j] = np.float32(np.nan)
         return out
 
-    @njit(parallel=True, cache=True)
-    def _quant_cols(x, k, enc, dec, u, out, is_int, mbits, emin, emax, maxn, step, inv_step, sr):
+    @njit(parallel=True, cache=True, error_model="numpy")
+    def _quant_cols(x, k, enc, dec, k0, k1, out, is_int, mbits, emin, emax, maxn, step, inv_step,
+                    sr):
         """Dequantized output for blocks of ``k`` rows per column; scales indexed ``[block, col]``
-        (contiguous along the inner loop, so it vectorizes), uniforms ``u[col, row]`` (the torch
-        path's draw order)."""
+        (contiguous along the inner loop, so it vectorizes); SR counter ``col * padded + row``
+        (the index in the torch path's blocks layout)."""
         r, c = x.shape
         nb = enc.shape[0]
         for b in prange(nb):
             for i in range(b * k, min(r, (b + 1) * k)):
                 for j in range(c):
-                    uj = u[j, i] if sr else np.float32(0.0)
+                    uj = _u01(j * (nb * k) + i, k0, k1) if sr else np.float32(0.0)
                     q = _round_elem(x[i, j] * enc[b, j], is_int, mbits, emin, emax, maxn, step,
                                     inv_step, sr, uj)
                     out[i, j] = q * dec[b, j]
+
+
+if AVAILABLE:
+
+    # ---- counter-based uniforms (same expression as snip.formats.cast.counter_uniforms) ----
+    # Written as LLVM IR on i32: numba would widen uint32 products to 64 bits, and 64-bit
+    # vector multiplies made stochastic rounding 2.5x slower than RNE.
+
+    def _mix32_ir(builder, h):
+        i32 = ir.IntType(32)
+        h = builder.xor(h, builder.lshr(h, ir.Constant(i32, 16)))
+        h = builder.mul(h, ir.Constant(i32, 0x21F0AAAD))
+        h = builder.xor(h, builder.lshr(h, ir.Constant(i32, 15)))
+        h = builder.mul(h, ir.Constant(i32, 0x735A2D97))
+        return builder.xor(h, builder.lshr(h, ir.Constant(i32, 15)))
+
+    @intrinsic
+    def _hash24(typingctx, index, k0, k1):
+        """24 random bits: ``mix(mix(lo ^ k0) + k1 + hi * golden) >> 8`` in wrapping i32."""
+        sig = types.int32(types.int64, types.int64, types.int64)
+
+        def codegen(context, builder, signature, args):
+            i32, i64 = ir.IntType(32), ir.IntType(64)
+            idx, a, b = args
+            lo = builder.trunc(idx, i32)
+            hi = builder.trunc(builder.lshr(idx, ir.Constant(i64, 32)), i32)
+            h = _mix32_ir(builder, builder.xor(lo, builder.trunc(a, i32)))
+            h = builder.add(builder.add(h, builder.trunc(b, i32)),
+                            builder.mul(hi, ir.Constant(i32, 0x9E3779B9)))
+            return builder.lshr(_mix32_ir(builder, h), ir.Constant(i32, 8))
+
+        return sig, codegen
+
+    @njit(inline="always", error_model="numpy")
+    def _u01(index, k0, k1):
+        return np.float32(_hash24(index, k0, k1)) * np.float32(2.0**-24)
+
+    # ---- loads and stores of fp32 or bf16 (held as uint16) elements ----
+
+    def _ld(a, i):  # pragma: no cover - replaced by the overload below
+        raise NotImplementedError
+
+    def _st(a, i, v):  # pragma: no cover
+        raise NotImplementedError
+
+    @overload(_ld, inline="always")
+    def _ld_impl(a, i):
+        if a.dtype == types.uint16:
+            return lambda a, i: np.uint32(np.uint32(a[i]) << np.uint32(16)).view(np.float32)
+        return lambda a, i: np.float32(a[i])
+
+    @overload(_st, inline="always")
+    def _st_impl(a, i, v):
+        if a.dtype == types.uint16:
+            def st(a, i, v):  # torch's fp32 -> bf16: round to nearest even, NaN -> 0x7FC0
+                b = np.uint32(np.float32(v).view(np.uint32))
+                if v != v:
+                    a[i] = np.uint16(0x7FC0)
+                else:
+                    bias = np.uint32(((b >> np.uint32(16)) & np.uint32(1)) + np.uint32(0x7FFF))
+                    a[i] = np.uint16((b + bias) >> np.uint32(16))
+            return st
+
+        def st32(a, i, v):
+            a[i] = v
+        return st32
+
+    # ---- per-block scales (same arithmetic as snip.formats.scaling) ----
+
+    @njit(inline="always", error_model="numpy")
+    def _exp2_int(k):
+        """Exact fp32 2^k for integer k in [-149, 127]."""
+        if k >= -126:
+            return np.int32((k + 127) << 23).view(np.float32)
+        return np.int32(1 << (k + 149)).view(np.float32)
+
+    @njit(inline="always", error_model="numpy")
+    def _ceil_log2(v):
+        bits = np.float32(v).view(np.int32)
+        ex = (bits >> 23) & 0xFF
+        man = bits & 0x7FFFFF
+        if ex == 0:
+            return -126 if man > 0x400000 else -127
+        return ex - 127 + (1 if man != 0 else 0)
+
+    @njit(inline="always", error_model="numpy")
+    def _block_scale(amax, sfmt, pow2, emax_elem, maxn, mul, t_dec):
+        """(encode, decode) of one block from its amax (NaN if the block holds NaN/inf).
+
+        sfmt: 0 fp32, 1 e8m0 floor, 2 e8m0 rceil, 3 e4m3 under a tensor scale (``mul`` is
+        ``S_enc * (1/elem_max)``, ``t_dec`` the tensor decode scale ``1/S_enc``)."""
+        finite = amax <= np.float32(3.4028234663852886e38)
+        if sfmt == 0:
+            s = np.float32(amax / maxn)
+            if pow2:
+                s = _exp2_int(min(max(_ceil_log2(s), -126), 127))
+            if amax == np.float32(0.0):
+                s = np.float32(1.0)
+            elif s < np.float32(1.1754943508222875e-38):
+                s = np.float32(1.1754943508222875e-38)
+            if not finite:
+                s = np.float32(np.nan)
+            return np.float32(np.float32(1.0) / s), s
+        if sfmt == 1 or sfmt == 2:
+            if sfmt == 1:
+                k = ((np.float32(amax).view(np.int32) >> 23) & 0xFF) - 127 - emax_elem
+            else:
+                k = _ceil_log2(np.float32(amax / maxn))
+            k = min(max(k, -127), 127)
+            if not finite:
+                return _exp2_int(-128), np.float32(np.nan)
+            return _exp2_int(-k), _exp2_int(k)
+        # e4m3: S_dec_b = e4m3(min(amax * mul, 448)), decode = S_dec_b * t_dec
+        b = np.float32(amax * mul)
+        b = np.float32(448.0) if b > np.float32(448.0) else b
+        be = _round_elem(b, False, 3, -6, 8, np.float32(448.0), np.float32(1.0), np.float32(1.0),
+                         False, np.float32(0.0))
+        dec = np.float32(be * t_dec)
+        enc = np.float32(np.float32(1.0) / dec)
+        if enc > np.float32(3.4028234663852886e38):
+            enc = np.float32(3.4028234663852886e38)
+        if not finite:
+            dec = np.float32(np.nan)
+        return enc, dec
+
+    _FINITE_BITS = 0x7F800000  # |x| bit patterns at or above this are inf or NaN
+
+    def _absbits(a, i):  # pragma: no cover - replaced by the overload below
+        raise NotImplementedError
+
+    @overload(_absbits, inline="always")
+    def _absbits_impl(a, i):
+        """|x| as an int32 bit pattern (orders like the float; >= 0x7F800000: inf/NaN)."""
+        if a.dtype == types.uint16:
+            return lambda a, i: (np.int32(a[i]) & np.int32(0x7FFF)) << np.int32(16)
+        return lambda a, i: np.float32(a[i]).view(np.int32) & np.int32(0x7FFFFFFF)
+
+    @njit(inline="always", error_model="numpy")
+    def _max_bits(xs):
+        m = np.int32(0)
+        for j in range(xs.shape[0]):
+            b = _absbits(xs, j)
+            m = b if b > m else m
+        return m
+
+    @njit(inline="always", error_model="numpy")
+    def _amax_of_bits(m):
+        """Block amax for the scale rules: inf stands for any NaN/inf in the block."""
+        return np.float32(np.inf) if m >= _FINITE_BITS else np.int32(m).view(np.float32)
+
+    @njit(error_model="numpy")
+    def _scales(m, enc, dec, sfmt, pow2, emax_elem, maxn, mul, t_dec):
+        """Scales of a run of blocks from their amax bits (the format branch is taken once)."""
+        n = m.shape[0]
+        if sfmt == 1:  # e8m0 floor (OCP MX): straight-line code over blocks
+            for i in range(n):
+                bits = m[i]
+                kk = min(max(((bits >> 23) & 0xFF) - 127 - emax_elem, -127), 127)
+                fin = bits < _FINITE_BITS
+                enc[i] = _exp2_int(-kk) if fin else _exp2_int(-128)
+                dec[i] = _exp2_int(kk) if fin else np.float32(np.nan)
+        else:
+            for i in range(n):
+                enc[i], dec[i] = _block_scale(_amax_of_bits(m[i]), sfmt, pow2, emax_elem, maxn,
+                                              mul, t_dec)
+
+    @njit(error_model="numpy")
+    def _rne_span(xs, os_, enc, dec, mbits, emin, emax, maxn):
+        """The hot loop (RNE onto a float grid, one scale): branch-free, so it vectorizes."""
+        for j in range(xs.shape[0]):
+            v = _ld(xs, j) * enc
+            a = np.float32(abs(v))
+            e = min(max((a.view(np.int32) >> 23) - 127, emin), emax + 1)
+            magic = _pow2(e + 23 - mbits)
+            q = (a + magic) - magic
+            q = np.float32(np.copysign(maxn if q > maxn else q, v))
+            _st(os_, j, q * dec)
+
+    @njit(error_model="numpy")
+    def _sr_span(xs, os_, enc, dec, base, mbits, emin, emax, maxn, k0, k1):
+        """Stochastic rounding onto a float grid, one scale; SR counter ``base + j``."""
+        for j in range(xs.shape[0]):
+            u = _u01(base + j, k0, k1)
+            v = _ld(xs, j) * enc
+            a = np.float32(abs(v))
+            e = min(max((a.view(np.int32) >> 23) - 127, emin), emax + 1)
+            t = a * _pow2(mbits - e)
+            n = np.float32(np.floor(t))
+            n = n + np.float32(1.0) if u < t - n else n
+            q = n * _pow2(e - mbits)
+            q = np.float32(np.copysign(maxn if q > maxn else q, v))
+            _st(os_, j, q * dec)
+
+    @njit(error_model="numpy")
+    def _any_span(xs, os_, enc, dec, base, is_int, mbits, emin, emax, maxn, step, inv_step, sr,
+                  k0, k1):
+        """Any format and rounding (the integer formats), one scale; SR counter ``base + j``."""
+        for j in range(xs.shape[0]):
+            uj = _u01(base + j, k0, k1) if sr else np.float32(0.0)
+            q = _round_elem(_ld(xs, j) * enc, is_int, mbits, emin, emax, maxn, step, inv_step,
+                            sr, uj)
+            _st(os_, j, q * dec)
+
+    @njit(error_model="numpy")
+    def _span(xs, os_, enc, dec, base, is_int, mbits, emin, emax, maxn, step, inv_step, sr,
+              k0, k1):
+        if is_int:
+            _any_span(xs, os_, enc, dec, base, is_int, mbits, emin, emax, maxn, step, inv_step,
+                      sr, k0, k1)
+        elif sr:
+            _sr_span(xs, os_, enc, dec, base, mbits, emin, emax, maxn, k0, k1)
+        else:
+            _rne_span(xs, os_, enc, dec, mbits, emin, emax, maxn)
+
+    @njit(error_model="numpy")
+    def _rne_span_vec(xs, os_, enc, dec, mbits, emin, emax, maxn):
+        for j in range(xs.shape[0]):
+            v = _ld(xs, j) * enc[j]
+            a = np.float32(abs(v))
+            e = min(max((a.view(np.int32) >> 23) - 127, emin), emax + 1)
+            magic = _pow2(e + 23 - mbits)
+            q = (a + magic) - magic
+            q = np.float32(np.copysign(maxn if q > maxn else q, v))
+            _st(os_, j, q * dec[j])
+
+    @njit(error_model="numpy")
+    def _sr_span_vec(xs, os_, enc, dec, base, stride, mbits, emin, emax, maxn, k0, k1):
+        if stride == 1:  # the rows kernel: no 64-bit vector multiply for the counter
+            _sr_span_vec1(xs, os_, enc, dec, base, mbits, emin, emax, maxn, k0, k1)
+            return
+        for j in range(xs.shape[0]):
+            u = _u01(base + j * stride, k0, k1)
+            v = _ld(xs, j) * enc[j]
+            a = np.float32(abs(v))
+            e = min(max((a.view(np.int32) >> 23) - 127, emin), emax + 1)
+            t = a * _pow2(mbits - e)
+            n = np.float32(np.floor(t))
+            n = n + np.float32(1.0) if u < t - n else n
+            q = n * _pow2(e - mbits)
+            q = np.float32(np.copysign(maxn if q > maxn else q, v))
+            _st(os_, j, q * dec[j])
+
+    @njit(error_model="numpy")
+    def _sr_span_vec1(xs, os_, enc, dec, base, mbits, emin, emax, maxn, k0, k1):
+        for j in range(xs.shape[0]):
+            u = _u01(base + j, k0, k1)
+            v = _ld(xs, j) * enc[j]
+            a = np.float32(abs(v))
+            e = min(max((a.view(np.int32) >> 23) - 127, emin), emax + 1)
+            t = a * _pow2(mbits - e)
+            n = np.float32(np.floor(t))
+            n = n + np.float32(1.0) if u < t - n else n
+            q = n * _pow2(e - mbits)
+            q = np.float32(np.copysign(maxn if q > maxn else q, v))
+            _st(os_, j, q * dec[j])
+
+    @njit(error_model="numpy")
+    def _any_span_vec(xs, os_, enc, dec, base, stride, is_int, mbits, emin, emax, maxn, step,
+                      inv_step, sr, k0, k1):
+        """One scale per element; SR counter ``base + j * stride``."""
+        if not is_int and not sr:
+            _rne_span_vec(xs, os_, enc, dec, mbits, emin, emax, maxn)
+            return
+        if not is_int:
+            _sr_span_vec(xs, os_, enc, dec, base, stride, mbits, emin, emax, maxn, k0, k1)
+            return
+        for j in range(xs.shape[0]):
+            uj = _u01(base + j * stride, k0, k1) if sr else np.float32(0.0)
+            q = _round_elem(_ld(xs, j) * enc[j], is_int, mbits, emin, emax, maxn, step,
+                            inv_step, sr, uj)
+            _st(os_, j, q * dec[j])
+
+    @njit(error_model="numpy")
+    def _run(xs, os_, k, nblk, base, sfmt, pow2, emax_elem, maxn, mul, t_dec, is_int, mbits,
+             emin, emax, maxne, step, inv_step, sr, k0, k1):
+        """``nblk`` consecutive blocks of ``k`` (the last may be short): amaxes, scales, then one
+        scale per element broadcast into L1 and one straight vectorized pass over the run."""
+        n = xs.shape[0]
+        m = np.empty(nblk, np.int32)
+        for b in range(nblk):
+            m[b] = _max_bits(xs[b * k:min(n, (b + 1) * k)])
+        enc = np.empty(nblk, np.float32)
+        dec = np.empty(nblk, np.float32)
+        _scales(m, enc, dec, sfmt, pow2, emax_elem, maxn, mul, t_dec)
+        enc_e = np.empty(n, np.float32)
+        dec_e = np.empty(n, np.float32)
+        for b in range(nblk):
+            enc_e[b * k:min(n, (b + 1) * k)] = enc[b]
+            dec_e[b * k:min(n, (b + 1) * k)] = dec[b]
+        _any_span_vec(xs, os_, enc_e, dec_e, base, 1, is_int, mbits, emin, emax, maxne, step,
+                      inv_step, sr, k0, k1)
+
+    @njit(parallel=True, cache=True, error_model="numpy")
+    def _fused_rows(x, out, n_rows, length, k_rt, kt, padded, sfmt, pow2, emax_elem, maxn, mul,
+                    t_dec, fix_enc, fix_dec, is_int, mbits, emin, emax, maxne, step, inv_step, sr,
+                    k0, k1):
+        """Fake-quantize blocks of ``k`` along the last axis of ``x`` viewed ``(n_rows, length)``.
+
+        Each parallel task takes a run of blocks of one row (about ``_CHUNK`` elements): their
+        amaxes, then their scales, then block by block rounding and rescaling -- all while the
+        run is in L1/L2, so memory sees one read and one write per element.  ``sfmt == -1``: one
+        given scale (``fix_enc``, ``fix_dec``); blocks then only split the work.  The SR counter
+        is the element's index in the padded blocks layout (``row * padded + l``).
+
+        ``kt`` is a tuple whose *length* is the block size when that is small (16, 32): numba
+        then compiles the kernel for that size, with constant trip counts that LLVM unrolls into
+        whole vectors; ``kt == ()`` means "use ``k_rt``".
+        """
+        k = len(kt) if len(kt) > 0 else k_rt
+        nb = (length + k - 1) // k
+        group = max(1, _CHUNK // k)
+        ng = (nb + group - 1) // group
+        for u in prange(n_rows * ng):
+            r = u // ng
+            g = u - r * ng
+            b0 = g * group
+            b1 = min(nb, b0 + group)
+            start = r * length + b0 * k
+            stop = r * length + min(length, b1 * k)
+            base = r * padded + b0 * k
+            if sfmt < 0:
+                _span(x[start:stop], out[start:stop], fix_enc, fix_dec, base, is_int, mbits,
+                      emin, emax, maxne, step, inv_step, sr, k0, k1)
+                continue
+            _run(x[start:stop], out[start:stop], k, b1 - b0, base, sfmt, pow2, emax_elem, maxn,
+                 mul, t_dec, is_int, mbits, emin, emax, maxne, step, inv_step, sr, k0, k1)
+
+    @njit(parallel=True, cache=True, error_model="numpy")
+    def _fused_cols(x, out, n_outer, length, inner, k, padded, sfmt, pow2, emax_elem, maxn, mul,
+                    t_dec, is_int, mbits, emin, emax, maxne, step, inv_step, sr, k0, k1):
+        """Blocks of ``k`` along the middle axis of ``x`` viewed ``(n_outer, length, inner)``
+        (e.g. axis 0 of a matrix), without transposing: each task takes ``k`` rows of ``inner``
+        columns, keeps their ``inner`` scales, and sweeps the rows again while they are in cache.
+        SR counter: ``(o * inner + i) * padded + l`` (the padded blocks layout)."""
+        nb = (length + k - 1) // k
+        for u in prange(n_outer * nb):
+            o = u // nb
+            b = u - o * nb
+            l0 = b * k
+            l1 = min(length, l0 + k)
+            m = np.zeros(inner, np.int32)
+            for li in range(l0, l1):
+                xs = x[(o * length + li) * inner:(o * length + li + 1) * inner]
+                for i in range(inner):
+                    bi = _absbits(xs, i)
+                    m[i] = bi if bi > m[i] else m[i]
+            enc = np.empty(inner, np.float32)
+            dec = np.empty(inner, np.float32)
+            _scales(m, enc, dec, sfmt, pow2, emax_elem, maxn, mul, t_dec)
+            for li in range(l0, l1):
+                lo = (o * length + li) * inner
+                _any_span_vec(x[lo:lo + inner], out[lo:lo + inner], enc, dec,
+                              o * inner * padded + li, padded, is_int, mbits, emin, emax, maxne,
+                              step, inv_step, sr, k0, k1)
+
+    @njit(parallel=True, cache=True, error_model="numpy")
+    def _clean_amax(x, n_rows, length, inner, k):
+        """Max |x| over the blocks that hold no NaN/inf (NVFP4's tensor amax), 0 if none."""
+        nb = (length + k - 1) // k
+        n_units = n_rows * nb
+        part = np.zeros(n_units, np.int32)
+        for u in prange(n_units):
+            o = u // nb
+            b = u - o * nb
+            l1 = min(length, (b + 1) * k)
+            if inner == 1:
+                mb = _max_bits(x[o * length + b * k:o * length + l1])
+                part[u] = mb if mb < _FINITE_BITS else 0
+                continue
+            m = np.zeros(inner, np.int32)
+            for li in range(b * k, l1):
+                xs = x[(o * length + li) * inner:(o * length + li + 1) * inner]
+                for i in range(inner):
+                    bi = _absbits(xs, i)
+                    m[i] = bi if bi > m[i] else m[i]
+            best = np.int32(0)
+            for i in range(inner):
+                if m[i] < _FINITE_BITS and m[i] > best:
+                    best = m[i]
+            part[u] = best
+        return np.int32(part.max()).view(np.float32)
+
+    @njit(parallel=True, cache=True, error_model="numpy")
+    def _tensor_amax(x, chunk):
+        """Max |x| of the whole tensor: NaN if it holds a NaN, else inf if it holds an inf."""
+        n = x.shape[0]
+        nc = (n + chunk - 1) // chunk
+        part = np.zeros(nc, np.int32)
+        for c in prange(nc):
+            part[c] = _max_bits(x[c * chunk:min(n, (c + 1) * chunk)])
+        return np.int32(part.max()).view(np.float32)
 
 
 def quantize_columns(x: torch.Tensor, k: int, scales_fn, fmt: ElementFormat, rounding: Rounding,
@@ -193,11 +614,11 @@ def quantize_columns(x: torch.Tensor, k: int, scales_fn, fmt: ElementFormat, rou
     amax = torch.from_numpy(_amax_cols(x.numpy(), k)).T.reshape(-1, 1)
     scales = scales_fn(amax)
     sr = rounding is Rounding.STOCHASTIC
-    u = uniform_like(torch.empty(c * nb, k), generator).view(c, nb * k) if sr else torch.empty(1, 1)
-    out = torch.empty_like(x)
+    k0, k1 = draw_key(generator) if sr else (0, 0)
+    out = empty(x.shape)
     f32 = np.float32
     _quant_cols(x.numpy(), k, scales.encode.reshape(c, nb).T.contiguous().numpy(),
-                scales.decode.reshape(c, nb).T.contiguous().numpy(), u.numpy(), out.numpy(),
+                scales.decode.reshape(c, nb).T.contiguous().numpy(), k0, k1, out.numpy(),
                 fmt.kind is Kind.INT, fmt.mbits, fmt.emin, fmt.emax, f32(fmt.max_normal),
                 f32(fmt.step), f32(1.0 / fmt.step), sr)
     return out
@@ -234,13 +655,12 @@ def quantize_blocks(
     _follow_torch_threads()
     blocks = blocks.contiguous()
     sr = rounding is Rounding.STOCHASTIC
-    u = uniform_like(blocks, generator) if sr else torch.empty(1, 1)
+    k0, k1 = draw_key(generator) if sr else (0, 0)
     chunks, per_row = _chunked(blocks)
     enc = encode.reshape(-1).float()
     dec = decode.reshape(-1).float()
     if per_row > 1:
         enc, dec = enc.repeat_interleave(per_row), dec.repeat_interleave(per_row)
-        u = u.reshape(chunks.shape) if sr else u
     out = torch.empty_like(chunks)
     is_int = fmt.kind is Kind.INT
     f32 = np.float32
@@ -261,7 +681,8 @@ def quantize_blocks(
         chunks.numpy(),
         enc.contiguous().numpy(),
         dec.contiguous().numpy(),
-        u.numpy(),
+        k0,
+        k1,
         out.numpy(),
         is_int,
         fmt.mbits,
@@ -274,3 +695,154 @@ def quantize_blocks(
         dequant,
     )
     return out.view(blocks.shape)
+
+
+# ---------------------------------------------------------------------------------------------
+# Output buffers
+# ---------------------------------------------------------------------------------------------
+
+_CACHE_MIN = 1 << 20  # smaller outputs come from torch.empty: glibc recycles those by itself
+
+
+class _BufferCache:
+    """Recycles the memory of snip's own large outputs once the caller drops them.
+
+    A fresh large allocation is a fresh ``mmap`` whose pages fault in on first write: measured
+    at 21-94 ms for 64 MiB in this project's VMs, 5-20x the cost of writing the data.  So each
+    output of at least 1 MiB is a view of a buffer from this cache; when the tensor dies, a
+    ``weakref.finalize`` returns the buffer (up to ``limit`` bytes of idle buffers are kept,
+    ``SNIP_BUFFER_CACHE_MB``, default 1024; 0 turns recycling off).  Nothing process-wide
+    changes: other allocations still go to the system allocator.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.idle: dict[int, list[np.ndarray]] = {}
+        self.idle_bytes = 0
+        self.lock = threading.RLock()  # a finalizer may run inside a locked section (GC)
+
+    def _give_back(self, buf: np.ndarray) -> None:
+        with self.lock:
+            if self.idle_bytes + buf.nbytes <= self.limit:
+                self.idle.setdefault(buf.nbytes, []).append(buf)
+                self.idle_bytes += buf.nbytes
+
+    def take(self, nbytes: int) -> np.ndarray:
+        with self.lock:
+            bufs = self.idle.get(nbytes)
+            if bufs:
+                self.idle_bytes -= nbytes
+                return bufs.pop()
+        return np.empty(nbytes, np.uint8)
+
+    def empty(self, shape: torch.Size, dtype: torch.dtype) -> torch.Tensor:
+        nbytes = shape.numel() * dtype.itemsize
+        if self.limit <= 0 or nbytes < _CACHE_MIN:
+            return torch.empty(shape, dtype=dtype)
+        buf = self.take(nbytes)
+        view = buf[:]  # the tensor owns this view; its death hands ``buf`` back
+        weakref.finalize(view, self._give_back, buf)
+        return torch.from_numpy(view).view(dtype).view(shape)
+
+    def clear(self) -> None:
+        with self.lock:
+            self.idle.clear()
+            self.idle_bytes = 0
+
+
+_buffers = _BufferCache(int(float(os.environ.get("SNIP_BUFFER_CACHE_MB", "1024")) * (1 << 20)))
+
+
+def empty(shape: torch.Size | tuple[int, ...], dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """An uninitialised CPU tensor, recycled from snip's output-buffer cache when large."""
+    return _buffers.empty(torch.Size(shape), dtype)
+
+
+def release_buffers() -> None:
+    """Drop the idle output buffers this process keeps for reuse."""
+    _buffers.clear()
+
+
+# ---------------------------------------------------------------------------------------------
+# One-call fused quantization (the default path of snip.formats.quantize)
+# ---------------------------------------------------------------------------------------------
+
+_IO_DTYPES = (torch.float32, torch.bfloat16)
+
+
+def fusable(x: torch.Tensor, spec: QuantSpec) -> bool:
+    """Whether :func:`quantize_fused` handles this input and spec (else: the blocked path)."""
+    return (enabled() and x.device.type == "cpu" and x.dtype in _IO_DTYPES and x.numel() > 0
+            and x.dim() > 0 and supports(spec.element) and not spec.hadamard
+            and spec.scaling in (Scaling.TENSOR, Scaling.CHANNEL, Scaling.BLOCK))
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    """Flat numpy view: fp32 as float32, bf16 as its uint16 bit patterns."""
+    flat = t.reshape(-1)
+    if t.dtype == torch.bfloat16:
+        return flat.view(torch.int16).numpy().view(np.uint16)
+    return flat.numpy()
+
+
+def _scale_params(spec: QuantSpec) -> tuple[int, bool, int, np.float32]:
+    fmt = spec.element
+    if spec.scale_format is ScaleFormat.E8M0:
+        sfmt = 1 if spec.e8m0_rule is E8M0Rule.FLOOR else 2
+    else:
+        sfmt = 3 if spec.scale_format is ScaleFormat.E4M3 else 0
+    return sfmt, bool(spec.pow2_scales), int(fmt.emax), np.float32(fmt.max_normal)
+
+
+def quantize_fused(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Rounding,
+                   generator: torch.Generator | None) -> torch.Tensor:
+    """``quantize(x, spec, axis=axis)`` in one output allocation and (mostly) one pass.
+
+    Same bits as the PyTorch path: the block scales follow :mod:`snip.formats.scaling`
+    operation for operation, the SR coin is :func:`snip.formats.cast.counter_uniforms` of the
+    element's index in the padded blocks layout, and the fp32 -> bf16 store rounds as torch.
+    """
+    from snip.formats.scaling import fp32_scales, nvfp4_encode_scale
+
+    if not -x.dim() <= axis < x.dim():
+        raise ValueError(f"axis {axis} is out of range for a {x.dim()}-D tensor")
+    _follow_torch_threads(x.numel())
+    x = x.contiguous()
+    fmt = spec.element
+    axis %= x.dim()
+    out = empty(x.shape, x.dtype)
+    xs, os_ = _np(x), _np(out)
+    sr = rounding is Rounding.STOCHASTIC
+    k0, k1 = draw_key(generator) if sr else (0, 0)
+    f32 = np.float32
+    elem = (fmt.kind is Kind.INT, fmt.mbits, fmt.emin, fmt.emax, f32(fmt.max_normal),
+            f32(fmt.step), f32(1.0 / fmt.step), sr, k0, k1)
+    sfmt, pow2, emax_elem, maxn = _scale_params(spec)
+    n = x.numel()
+    if spec.scaling is Scaling.TENSOR:
+        amax = torch.tensor([[float(_tensor_amax(xs, _CHUNK))]], dtype=torch.float32)
+        sc = fp32_scales(amax, spec)
+        _fused_rows(xs, os_, 1, n, _CHUNK, (), n, -1, pow2, emax_elem, maxn, f32(0), f32(0),
+                    f32(sc.encode.item()), f32(sc.decode.item()), *elem)
+        return out
+    outer = int(np.prod(x.shape[:axis], dtype=np.int64))
+    length = x.shape[axis]
+    inner = n // (outer * length)
+    k = length if spec.scaling is Scaling.CHANNEL else spec.block
+    padded = -(-length // k) * k
+    mul = t_dec = f32(0)
+    if sfmt == 3:
+        x_amax = torch.tensor(float(_clean_amax(xs, outer, length, inner, k)))
+        s_enc = nvfp4_encode_scale(x_amax, spec)
+        inv_elem = torch.tensor(1.0 / fmt.max_normal, dtype=torch.float32)
+        mul, t_dec = f32((s_enc * inv_elem).item()), f32((1.0 / s_enc).item())
+    if inner == 1:
+        if length % k == 0:  # whole blocks: rows do not matter, one long row balances best
+            outer, length, padded = 1, outer * length, outer * length
+        kt = (0,) * k if k in (16, 32) and length % k == 0 else ()
+        _fused_rows(xs, os_, outer, length, k, kt, padded, sfmt, pow2, emax_elem, maxn, mul, t_dec,
+                    f32(0), f32(0), *elem)
+    else:
+        _fused_cols(xs, os_, outer, length, inner, k, padded, sfmt, pow2, emax_elem, maxn, mul,
+                    t_dec, *elem)
+    return out

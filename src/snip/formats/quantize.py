@@ -138,6 +138,8 @@ def _quantize(
         return x.clone()
     if spec.scaling is Scaling.NONE:
         return cast(x, spec.element, mode, saturate=True, generator=gen)
+    if fast.fusable(x, spec):
+        return fast.quantize_fused(x, spec, axis, mode, gen)
     xf = _working(x)
     if spec.hadamard:
         xf = rht(xf, spec.hadamard, spec.hadamard_seed, axis)

@@ -27,8 +27,8 @@ import enum
 from dataclasses import dataclass
 
 from snip.errors import UserError
-from snip.formats.cast import Rounding
 from snip.formats.element import ElementFormat, get_element
+from snip.formats.rounding import Rounding
 
 
 class Scaling(enum.Enum):
