@@ -47,3 +47,13 @@ def test_controller_plans_are_applied_and_recorded(tiny: dict,
     assert [e["step"] for e in plan_events] == [0, 6] and plan_events[1]["changes"] > 0
     fracs = {e["step"]: e["fp4_flop_fraction"] for e in events if e["event"] == "train"}
     assert fracs[6] == 0.0 and fracs[7] == 1.0
+
+
+def test_adaptive_run_that_never_replans_warns(tiny: dict, capsys: pytest.CaptureFixture) -> None:
+    train(from_sources(overrides={**tiny, "train.steps": 3, "precision.mode": "adaptive",
+                                  "precision.every": 100}))
+    assert "no re-plan falls within steps 0..2" in capsys.readouterr().err
+    train(from_sources(overrides={**tiny, "run.name": "b", "train.steps": 3,
+                                  "precision.mode": "adaptive", "precision.every": 2,
+                                  "precision.warmup": 1}))
+    assert "no re-plan" not in capsys.readouterr().err

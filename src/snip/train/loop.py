@@ -40,6 +40,7 @@ import math
 import os
 import signal
 import statistics
+import sys
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -455,6 +456,18 @@ class Trainer:
 
     # -- the loop --------------------------------------------------------------------------------
 
+    def _warn_if_never_replanned(self, end: int) -> None:
+        """An adaptive run whose first plan falls after its last step never adapts: say so."""
+        due = getattr(self.controller, "due", None)
+        if due is None or not self.dist.is_main:
+            return
+        if not any(due(s) for s in range(self.step_count, end)):
+            p = self.cfg.precision
+            print(f"snip train: warning: precision.mode adaptive, but no re-plan falls within "
+                  f"steps {self.step_count}..{end - 1} (precision.warmup {p.warmup}, "
+                  f"precision.every {p.every}); the run keeps its starting plan",
+                  file=sys.stderr)
+
     def run(self, until: int | None = None) -> RunResult:
         """Train to ``train.steps`` (or Ctrl-C), with the bookkeeping of every step boundary.
 
@@ -466,6 +479,7 @@ class Trainer:
         bar = progress_bar(t.steps, self.step_count, cfg.log.progress and self.dist.is_main)
         for h in self.hooks:
             h.on_start(self)
+        self._warn_if_never_replanned(end)
         if self.step_count == 0 or self._branch_start:
             # A branch with new precision settings and a controller plans right away.
             if not (self._replan_at_start and self.replan(bar)):
