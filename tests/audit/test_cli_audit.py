@@ -47,3 +47,34 @@ def test_snip_audit_bad_trace_is_a_user_error(tmp_path, capsys):
     assert main(["audit", "--trace", str(tmp_path / "nope.npz"), "--out", str(out)]) == 2
     assert not out.exists()  # a bad input writes nothing
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_snip_audit_with_a_runs_settings(tmp_path, tiny):
+    """--run RUN audits with the run's own model, data, optimizer, schedule and seed (from
+    scratch); --run CHECKPOINT continues that run from the checkpoint."""
+    import tomllib
+
+    from snip.train import from_sources, train
+
+    overrides = {**tiny, "train.lr": 2e-3, "seed": 7, "precision.preset": "bf16"}
+    train(from_sources(overrides=overrides))
+    run = tmp_path / "runs" / "tiny"
+    out = tmp_path / "audit"
+    assert main(["audit", "--run", str(run), "--out", str(out), "--formats", "e4m3",
+                 "--tile-size", "64", "--threads", "1"]) == 0
+    ref = tomllib.loads((out / "reference" / "config.toml").read_text())
+    mine = tomllib.loads((run / "config.toml").read_text())
+    for section, key in (("model", "name"), ("data", "path"), ("train", "lr"),
+                         ("train", "steps"), ("train", "batch_size"), ("precision", "preset")):
+        assert ref[section][key] == mine[section][key], (section, key)
+    assert ref["seed"] == 7 and ref["writeback"]["policy"] == "none"
+    meas = tomllib.loads((out / "measured_e4m3" / "config.toml").read_text())
+    assert meas["writeback"]["policy"] == "rne" and meas["writeback"]["format"] == "e4m3"
+    # from a checkpoint: the rest of the run's schedule, starting at its step
+    ckpt = run / "checkpoints" / "step_000006"
+    assert main(["audit", "--run", str(ckpt), "--out", str(tmp_path / "b"), "--formats",
+                 "e4m3", "--tile-size", "64", "--threads", "1"]) == 0
+    events = [json.loads(x) for x in
+              (tmp_path / "b" / "reference" / "metrics.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in events if e["event"] == "train"] == list(range(7, 13))
+    assert main(["audit", "--run", str(tmp_path), "--out", str(tmp_path / "c")]) == 2

@@ -18,6 +18,8 @@ import json
 import math
 from pathlib import Path
 
+from snip.errors import UserError
+
 COMMAND = "audit"
 HELP = "audit invisible weight updates against an fp32 reference trace; build fp32-master masks"
 
@@ -28,8 +30,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a = parser.add_argument
     a("--trace", help="read this reference trace (.npz) instead of recording one")
     a("--out", default="runs/audit", help="output directory")
+    a("--run", metavar="RUN_OR_CHECKPOINT",
+      help="audit with a run's own settings (model, data, optimizer, schedule, precision, seed; "
+           "--model/--batch/--seq-len/--lr/--weight-decay/--seed are then ignored): from scratch "
+           "for a run directory, or continuing from a checkpoint of it")
     a("--model", default="tiny", help="snip.models size to train (tiny, small)")
-    a("--steps", type=int, default=200, help="training steps of the reference (and measured) run")
+    a("--steps", type=int, default=None,
+      help="training steps of the reference (and measured) run (default: 200; with --run, the "
+           "run's own steps, or from a checkpoint the rest of its schedule)")
     a("--batch", type=int, default=16, help="sequences per step")
     a("--seq-len", type=int, default=64, help="tokens per sequence")
     a("--lr", type=float, default=1e-3, help="peak AdamW learning rate (cosine to 10 %%)")
@@ -50,40 +58,71 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _settings(args: argparse.Namespace) -> dict:
-    keys = ("model", "steps", "batch", "seq_len", "lr", "weight_decay", "seed")
-    return {k: getattr(args, k) for k in keys}
+    if args.run:
+        return {"run": str(Path(args.run).resolve()), "steps": args.steps}
+    keys = ("model", "batch", "seq_len", "lr", "weight_decay", "seed")
+    return {**{k: getattr(args, k) for k in keys}, "steps": args.steps or 200}
+
+
+def _config(cfg: dict, values: dict):
+    """The trainer config of an audit run, and the checkpoint it branches from (or None)."""
+    from snip.train import checkpoint, from_sources
+
+    if "run" not in cfg:  # the audit's own settings on the embedded corpus
+        steps = cfg["steps"]
+        base = {"model.name": cfg["model"], "train.steps": steps,
+                "train.batch_size": cfg["batch"], "train.seq_len": cfg["seq_len"],
+                "train.lr": cfg["lr"], "train.weight_decay": cfg["weight_decay"],
+                "train.warmup_steps": max(1, steps // 20), "train.min_lr_ratio": 0.1,
+                "seed": cfg["seed"], "precision.preset": "fp32"}
+        return from_sources(overrides={**base, **_cadence(steps), **values}), None
+    source = Path(cfg["run"])
+    if (source / "meta.json").is_file():  # a checkpoint: continue its run from there
+        ckpt = checkpoint.find(source, "--run")
+        step = int(checkpoint.verify(ckpt)["step"])
+        saved = from_sources(overrides={"run.name": "probe"}, init_from=ckpt)
+        total = step + cfg["steps"] if cfg["steps"] else saved.train.steps
+        over = {**_cadence(total), "train.steps": total, **values}
+        return from_sources(overrides=over, init_from=ckpt), ckpt
+    if not (source / "config.toml").is_file():
+        raise UserError(f"--run {source} is neither a run directory (no config.toml) nor a "
+                        "checkpoint")
+    steps = cfg["steps"] or from_sources(source / "config.toml").train.steps
+    over = {**_cadence(steps), "train.steps": steps, **values}
+    return from_sources(source / "config.toml", overrides=over), None
+
+
+def _cadence(steps: int) -> dict:
+    return {"train.eval_every": steps, "train.ckpt_every": steps, "train.keep_checkpoints": 1}
 
 
 def _run(cfg: dict, out: Path, *, fmt: str | None = None, policy: str = "rne",
          recorder_kw: dict | None = None, tile_size: int = 768, threads: int = 0):
     """The fp32 reference (fmt None: returns its `ReferenceRecorder`) or a measured run with the
     weights stored on the ``fmt`` grid (returns the `WritebackOptimizer`, whose history holds
-    the exact invisible-update records), both trained by the one trainer (`snip.train`): its
-    AdamW (betas 0.9/0.95, no decay on norms and embeddings), warm-up over 5 % of the steps and
-    cosine to 10 %, on the embedded corpus. Each is an ordinary run directory under ``out``."""
+    the exact invisible-update records), with the run's validation loss. Both are trained by the
+    one trainer (`snip.train`), with the audit's own settings (AdamW betas 0.9/0.95, no decay on
+    norms and embeddings, warm-up over 5 % of the steps, cosine to 10 %, embedded corpus) or a
+    run's (``--run``); each is an ordinary run directory under ``out``."""
     import shutil
 
     from snip.audit import ReferenceRecorder
     from snip.optim import eligible_parameters
-    from snip.train import from_sources
     from snip.train.hooks import RecorderHook
     from snip.train.loop import Trainer
 
     name = "reference" if fmt is None else f"measured_{fmt}"
     if (out / name / "config.toml").is_file():  # this command's own run from an earlier call
         shutil.rmtree(out / name)
-    values = {"model.name": cfg["model"], "train.steps": cfg["steps"],
-              "train.batch_size": cfg["batch"], "train.seq_len": cfg["seq_len"],
-              "train.lr": cfg["lr"], "train.weight_decay": cfg["weight_decay"],
-              "train.warmup_steps": max(1, cfg["steps"] // 20), "train.min_lr_ratio": 0.1,
-              "seed": cfg["seed"], "precision.preset": "fp32", "train.eval_every": cfg["steps"],
-              "train.ckpt_every": cfg["steps"], "train.keep_checkpoints": 1,
-              "log.every": recorder_kw["every"], "train.threads": threads,
-              "run.dir": str(out), "run.name": name}
+    values = {"log.every": recorder_kw["every"], "run.dir": str(out), "run.name": name,
+              "writeback.policy": "none" if fmt is None else policy,
+              "writeback.mask": "", "writeback.state_format": ""}
     if fmt is not None:
-        values |= {"writeback.policy": policy, "writeback.format": fmt,
-                   "writeback.tile_size": tile_size}
-    trainer = Trainer(from_sources(overrides=values))
+        values |= {"writeback.format": fmt, "writeback.tile_size": tile_size}
+    if threads:
+        values["train.threads"] = threads
+    cfg_run, ckpt = _config(cfg, values)
+    trainer = Trainer(cfg_run, init_from=ckpt)
     try:
         if fmt is None:
             recorder = ReferenceRecorder(eligible_parameters(trainer.model), **recorder_kw)
