@@ -136,7 +136,24 @@ def _run(cfg: dict, out: Path, *, fmt: str | None = None, policy: str = "rne",
     return (recorder if fmt is None else trainer.writeback.wb), result.val_loss
 
 
+def _by_type(names: list[str]) -> dict[str, list[str]]:
+    """Tensor names grouped by type: the last name component (``attention.wq`` -> ``wq``)."""
+    groups: dict[str, list[str]] = {}
+    for n in names:
+        groups.setdefault(n.removesuffix(".weight").rsplit(".", 1)[-1], []).append(n)
+    return groups
+
+
+def _weighted(curves: list, weights: list[float]):
+    import numpy as np
+
+    return np.average(np.stack([np.asarray(c, dtype=float) for c in curves]), axis=0,
+                      weights=weights)
+
+
 def _plot(trace, fmt: str, measured, path: Path) -> None:
+    """One panel for all eligible weights, then one per tensor type (all layers' ``wq`` in one
+    numel-weighted curve, ...): projected (from the fp32 trace) vs measured frozen fraction."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -144,23 +161,27 @@ def _plot(trace, fmt: str, measured, path: Path) -> None:
 
     from snip.audit import measured_series
 
-    names = [None] + trace.names
-    cols = 4
-    rows = math.ceil(len(names) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 2.6 * rows), squeeze=False)
-    for ax, name in zip(axes.flat, names, strict=False):
-        ax.plot(trace.steps, trace.projected(fmt, name), label="projected (fp32 trace)")
+    panels = {"all eligible weights": trace.names, **_by_type(trace.names)}
+    cols = min(4, len(panels))
+    rows = math.ceil(len(panels) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 2.8 * rows), squeeze=False)
+    for ax, (title, names) in zip(axes.flat, panels.items(), strict=False):
+        w = [math.prod(trace.shapes[n]) for n in names]
+        ax.plot(trace.steps, _weighted([trace.projected(fmt, n) for n in names], w),
+                label="projected (fp32 trace)")
         if measured is not None:
-            st, f = measured_series(measured.history, name)
-            ax.plot(st, f, label="measured (exact event)", linestyle="--")
+            series = [measured_series(measured.history, n) for n in names]
+            ax.plot(series[0][0], _weighted([f for _, f in series], w),
+                    label="measured (exact event)", linestyle="--")
         ax.axhline(0.5, color="grey", linewidth=0.5)
         ax.set_ylim(-0.02, 1.02)
-        ax.set_title(name or "all eligible weights", fontsize=8)
-        ax.set_xlabel("step", fontsize=7)
-    for ax in list(axes.flat)[len(names):]:
+        ax.set_title(title if len(names) == len(trace.names) else
+                     f"{title} ({len(names)} tensors)", fontsize=9)
+        ax.set_xlabel("step", fontsize=8)
+    for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
     axes.flat[0].legend(fontsize=7)
-    fig.suptitle(f"frozen fraction, {fmt} analytic grid")
+    fig.suptitle(f"frozen fraction, {fmt} analytic grid, by tensor type")
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
