@@ -6,7 +6,8 @@ cosine from the same initialisation and data order under each policy.  Score:
 
     R(X) = (L_rne - L_X) / (L_rne - L_fp32)          (L: final validation loss)
 
-Arms per (format, seed): rne, stochastic, eco, master (blanket fp32 master), and four 10 %
+Arms per (format, seed): rne, stochastic, eco (stochastic rounding inside its quantizer, the
+ECO paper's setting), eco_rne (round to nearest inside), master (blanket fp32 master), and four 10 %
 selective-master masks: ``mask_ref`` (top |g*u| tiles from a short fp32 source trace of a
 *different* seed, sealed before the targets run), ``mask_target`` (same score from the target
 seed's own fp32 run), ``mask_random`` and ``mask_layers`` (fixed controls) and ``mask_freeze``
@@ -70,7 +71,7 @@ class Setup:
 
 
 def config(s: Setup, seed: int, name: str, steps: int, policy: str | None, element: str,
-           mask_path: Path | None):
+           mask_path: Path | None, eco_rounding: str = "stochastic"):
     """The trainer's config of one run (``policy=None``: the fp32 baseline)."""
     from snip.train import from_sources
 
@@ -86,7 +87,7 @@ def config(s: Setup, seed: int, name: str, steps: int, policy: str | None, eleme
               "run.dir": str(OUT / "runs"), "run.name": name}
     if policy is not None:
         values |= {"writeback.policy": policy, "writeback.format": element,
-                   "writeback.tile_size": s.tile_size}
+                   "writeback.tile_size": s.tile_size, "writeback.eco_rounding": eco_rounding}
         if mask_path is not None:
             values["writeback.mask"] = str(mask_path)
     return from_sources(overrides=values)
@@ -94,7 +95,7 @@ def config(s: Setup, seed: int, name: str, steps: int, policy: str | None, eleme
 
 def train(s: Setup, seed: int, name: str, *, steps: int | None = None,
           policy: str | None = None, element: str = "e4m3", mask=None, recorder_formats=(),
-          max_seconds: float = 0.0):
+          max_seconds: float = 0.0, eco_rounding: str = "stochastic"):
     """One run through the trainer; returns (result dict, trace or None)."""
     import shutil
 
@@ -106,7 +107,7 @@ def train(s: Setup, seed: int, name: str, *, steps: int | None = None,
     mask_path = None
     if mask is not None:
         mask_path = mask.save(OUT / "masks" / f"{name}.json")
-    trainer = Trainer(config(s, seed, name, steps, policy, element, mask_path))
+    trainer = Trainer(config(s, seed, name, steps, policy, element, mask_path, eco_rounding))
     named = eligible_parameters(trainer.model)
     rec = (ReferenceRecorder(named, formats=recorder_formats, tile_size=s.tile_size,
                              score_steps=s.score_steps, every=5, tiles=False)
@@ -157,7 +158,7 @@ def probe(s: Setup, seconds: float) -> float:
     return res["steps_per_s"]
 
 
-ARMS = ("rne", "stochastic", "eco", "master", "mask_ref", "mask_target", "mask_random",
+ARMS = ("rne", "stochastic", "eco", "eco_rne", "master", "mask_ref", "mask_target", "mask_random",
         "mask_layers", "mask_freeze")
 FORMATS = ("e4m3", "e5m2")
 
@@ -177,30 +178,36 @@ def masks_for(s: Setup, source, target, fmt: str, seed: int) -> dict:
 
 
 def summarize(results: dict, seeds: list[int]) -> tuple[str, dict]:
+    """Per arm: recovery R per seed, and the absolute excess validation loss over the fp32 run
+    of the same seed as a paired mean with its 95% t interval (n = seeds)."""
+    from snip.compare import paired
+
     table, summary = [], {}
     for fmt in FORMATS:
         for arm in ARMS:
-            rs = []
-            for sd in seeds:
-                k = f"{fmt}_{arm}_s{sd}"
-                if k in results and f"fp32_s{sd}" in results and f"{fmt}_rne_s{sd}" in results:
-                    l32 = results[f"fp32_s{sd}"]["val_loss"]
-                    lr_ = results[f"{fmt}_rne_s{sd}"]["val_loss"]
-                    lx = results[k]["val_loss"]
-                    rs.append((100 * (lr_ - lx) / (lr_ - l32) if lr_ != l32 else float("nan"),
-                               lx, results[k].get("never_moved", float("nan"))))
-            if rs:
-                a = np.array(rs)
-                summary[f"{fmt}_{arm}"] = {"R_mean": float(a[:, 0].mean()),
-                                           "R_per_seed": a[:, 0].tolist(),
-                                           "val_loss_mean": float(a[:, 1].mean()),
-                                           "never_moved_mean": float(a[:, 2].mean())}
-                per_seed = " / ".join(f"{r:.1f}" for r in a[:, 0])
-                table.append(f"| {fmt} | {arm} | {a[:, 1].mean():.4f} | "
-                             f"{a[:, 0].mean():6.1f} % | {per_seed} | {a[:, 2].mean():.3f} |")
+            ok = [sd for sd in seeds if f"{fmt}_{arm}_s{sd}" in results and f"fp32_s{sd}" in
+                  results and f"{fmt}_rne_s{sd}" in results]
+            if not ok:
+                continue
+            l32 = [results[f"fp32_s{sd}"]["val_loss"] for sd in ok]
+            lrn = [results[f"{fmt}_rne_s{sd}"]["val_loss"] for sd in ok]
+            lx = [results[f"{fmt}_{arm}_s{sd}"]["val_loss"] for sd in ok]
+            r = [100 * (b - x) / (b - a) if b != a else float("nan")
+                 for a, b, x in zip(l32, lrn, lx, strict=True)]
+            nm = [results[f"{fmt}_{arm}_s{sd}"].get("never_moved", float("nan")) for sd in ok]
+            ex = paired(arm, lx, "fp32", l32)
+            summary[f"{fmt}_{arm}"] = {"R_mean": float(np.mean(r)), "R_per_seed": r,
+                                       "val_loss_mean": float(np.mean(lx)),
+                                       "excess_over_fp32": {"mean": ex.mean, "ci95": [ex.ci_low,
+                                                            ex.ci_high], "n": ex.n},
+                                       "never_moved_mean": float(np.mean(nm))}
+            per_seed = " / ".join(f"{v:.1f}" for v in r)
+            table.append(f"| {fmt} | {arm} | {np.mean(lx):.4f} | {ex.mean:+.4f} "
+                         f"[{ex.ci_low:+.4f}, {ex.ci_high:+.4f}] | {np.mean(r):6.1f} % | "
+                         f"{per_seed} | {np.mean(nm):.3f} |")
     l32 = [results[f"fp32_s{sd}"]["val_loss"] for sd in seeds if f"fp32_s{sd}" in results]
-    head = ["| format | arm | val loss | R (mean) | R per seed | never-moved |",
-            "|---|---|---|---|---|---|"]
+    head = ["| format | arm | val loss | excess over fp32 [95% CI] | R (mean) | R per seed | "
+            "never-moved |", "|---|---|---|---|---|---|---|"]
     foot = [f"\nfp32 baseline val loss: {np.mean(l32):.4f} (per seed {l32})"] if l32 else []
     return "\n".join(head + table + foot), summary
 
@@ -245,9 +252,11 @@ def main() -> None:
         for sd in args.seeds:
             masks = masks_for(s, source, traces[sd], fmt, sd)
             for arm in ARMS:
-                pol = "selective_master" if arm.startswith("mask") else arm
+                pol = {"eco_rne": "eco"}.get(arm, "selective_master" if arm.startswith("mask")
+                                             else arm)
                 res, _ = train(s, sd, f"{fmt}_{arm}_s{sd}", policy=pol, element=fmt,
-                               mask=masks.get(arm))
+                               mask=masks.get(arm),
+                               eco_rounding="rne" if arm == "eco_rne" else "stochastic")
                 if arm == "rne":
                     tr = traces[sd]
                     m = res["measured_frozen"]
