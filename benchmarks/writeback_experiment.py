@@ -221,7 +221,11 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default=str(OUT), help="output directory")
-    ap.add_argument("--formats", nargs="+", default=list(FORMATS), choices=FORMATS)
+    ap.add_argument("--formats", nargs="+", default=list(FORMATS),
+                    choices=(*FORMATS, "bf16", "fp16"))
+    ap.add_argument("--lr", type=float, default=Setup.lr, help="peak learning rate")
+    ap.add_argument("--min-lr-frac", type=float, default=Setup.min_lr_frac,
+                    help="final learning rate as a fraction of the peak (cosine floor)")
     ap.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
     args = ap.parse_args()
     OUT, FORMATS, ARMS = Path(args.out), tuple(args.formats), tuple(args.arms)
@@ -236,7 +240,7 @@ def main() -> None:
         steps = max(50, int(rate * per_run))
         print(f"probe: {rate:.1f} steps/s (rne e4m3); {left:.0f}s left -> {steps} steps per run",
               flush=True)
-    s = Setup(steps=steps, threads=args.threads)
+    s = Setup(steps=steps, threads=args.threads, lr=args.lr, min_lr_frac=args.min_lr_frac)
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "setup.json").write_text(json.dumps({**asdict(s), "seeds": args.seeds}, indent=1))
     results, traces = {}, {}
