@@ -24,19 +24,20 @@ the controller's averaging buys back.  Writes ``benchmarks/out/bench_sensitivity
 from __future__ import annotations
 
 import argparse
-import copy
 import itertools
 import platform
+import shutil
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
 from scipy.stats import spearmanr
 
 from benchmarks._util import write_json
-from snip.models import build_model, get_config
-from snip.nn import convert
 from snip.sensitivity import Propagation, SensitivityConfig, SensitivityTable, blend, measure
+from snip.train import from_sources
+from snip.train.loop import CALIBRATION_KEY, Trainer
 
 SETTINGS = {
     "rows8 (1x1024 tokens)": dict(micro_batches=1),
@@ -47,21 +48,22 @@ SETTINGS = {
 RUN_STEPS, RUN_CYCLES = 250, 2
 
 
-def batch_fn(i: int) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(i)
-    x = torch.randint(0, 256, (8, 129), generator=g)
-    return x[:, :-1], x[:, 1:]
+RUNS = Path(__file__).resolve().parent / "out" / "bench_sensitivity_runs"
 
 
-def _stepper(model: torch.nn.Module):
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+def trainer(name: str, **overrides: object) -> Trainer:
+    """The default run's model and batches (``small``, 8 x 128 tokens) in the one trainer."""
+    shutil.rmtree(RUNS / name, ignore_errors=True)
+    return Trainer(from_sources(overrides={
+        "model.name": "small", "precision.mode": "fixed", "log.progress": False,
+        "run.dir": str(RUNS), "run.name": name, **overrides}))
 
-    def step() -> None:
-        _, loss = model(*batch_fn(0))
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-    return step, opt
+
+def calibration(t: Trainer):
+    """The controller's calibration batches of trainer ``t``."""
+    def batch_fn(i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return t.data.train_batch(CALIBRATION_KEY + i, 8, 128)
+    return batch_fn
 
 
 def _objective(t: SensitivityTable) -> list[float]:
@@ -76,20 +78,12 @@ def _mean_rho(tables: list[SensitivityTable]) -> float:
 
 
 def retest(args: argparse.Namespace) -> None:
-    from snip.data import load_dataset
-
-    ds = load_dataset()
-    torch.manual_seed(0)
-    model = build_model(get_config("small", vocab_size=ds.vocab_size))
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.95), weight_decay=0.1)
-    for step in range(args.train_steps):
-        _, loss = model(*ds.get_batch("train", 8, 128, step))
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-
-    def calib(i: int):
-        return ds.get_batch("train", 8, 128, 7_000_000 + i)
+    t = trainer("retest", **{"precision.preset": "fp32", "train.steps": args.train_steps,
+                             "train.threads": args.threads})
+    t.run()
+    model, opt = t.model, t.optimizer
+    t.close()
+    calib = calibration(t)
 
     out = {}
     for rows in (2, 8):
@@ -117,10 +111,11 @@ def main() -> None:
     if args.retest:
         retest(args)
         return
-    torch.manual_seed(0)
-    model = build_model(get_config("small"))
-    step32, opt = _stepper(model)
-    step8, _ = _stepper(convert(copy.deepcopy(model), "fp8_e4m3_tile128"))
+    t32 = trainer("fp32", **{"precision.preset": "fp32", "train.threads": args.threads})
+    t8 = trainer("fp8", **{"precision.preset": "fp8_e4m3_tile128",
+                           "train.threads": args.threads})
+    model, opt, batch_fn = t32.model, t32.optimizer, calibration(t32)
+    step32, step8 = t32.step, t8.step  # one optimizer step of the trainer each
     for _ in range(3):
         step32()
         step8()
