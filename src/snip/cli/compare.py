@@ -49,14 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from snip.compare import (
-        Sweep,
-        load_sweep,
-        parse_arms,
-        run_sweep,
-        summarize,
-        write_summary,
-    )
+    from snip.compare import Sweep, load_sweep, parse_arms, run_sweep
     from snip.errors import UserError
 
     if args.resume and args.summarize:
@@ -73,9 +66,7 @@ def run(args: argparse.Namespace) -> int:
                       eval_batches=args.eval_batches, candidates=args.candidates,
                       out=args.out, threads=args.threads)
     finished = True if args.summarize else run_sweep(sweep)
-    summary = summarize(sweep, reference=args.reference or None, gap=args.gap or None)
-    js, md = write_summary(summary)
-    report = _report(sweep, summary)
+    md, js, report = _write(sweep, args.reference or None, args.gap or None)
     print(md.read_text())
     print(f"wrote {md}, {js}" + (f" and {report}" if report else ""))
     if not finished:
@@ -87,12 +78,19 @@ def run(args: argparse.Namespace) -> int:
 
 def compare_report(out: Path) -> Path | None:
     """Rewrite the table and report of the comparison in ``out`` (`snip report OUT`)."""
-    from snip.compare import load_sweep, summarize, write_summary
+    from snip.compare import load_sweep
 
-    sweep = load_sweep(out)
-    summary = summarize(sweep)
-    write_summary(summary)
-    return _report(sweep, summary)
+    return _write(load_sweep(out))[2]
+
+
+def _write(sweep, reference: str | None = None,  # noqa: ANN001
+           gap: str | None = None) -> tuple[Path, Path, Path | None]:
+    """Summarize ``sweep``: compare.md, compare.json and report.html (paths)."""
+    from snip.compare import summarize, write_summary
+
+    summary = summarize(sweep, reference=reference, gap=gap)
+    js, md = write_summary(summary)
+    return md, js, _report(sweep, summary)
 
 
 def _report(sweep, summary) -> Path | None:  # noqa: ANN001

@@ -19,10 +19,9 @@ HELP = "validation loss/perplexity of a checkpoint, quantized (its plan) and in 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from snip.cli.train import add_config_options
+    from snip.cli.train import add_config_options, add_run_argument
 
-    parser.add_argument("run", metavar="RUN", help="run directory (its newest checkpoint) or a "
-                                                  "checkpoint directory")
+    add_run_argument(parser)
     parser.add_argument("--json", metavar="FILE", help="also write the numbers as JSON")
     add_config_options(parser, ("data", "precision"))
     parser.add_argument("--train.eval_batches", dest="cfg:train.eval_batches",

@@ -27,8 +27,9 @@ _DTYPES = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run", metavar="RUN",
-                        help="run directory (its newest checkpoint) or a checkpoint directory")
+    from snip.cli.train import add_run_argument
+
+    add_run_argument(parser)
     parser.add_argument("--format", choices=FORMATS, default="hf",
                         help="output format: hf = transformers LlamaForCausalLM directory")
     parser.add_argument("--out", metavar="DIR", required=True, help="output directory")

@@ -14,10 +14,9 @@ HELP = "generate text from a checkpoint (with its plan or another precision)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from snip.cli.train import add_config_options
+    from snip.cli.train import add_config_options, add_run_argument
 
-    parser.add_argument("run", metavar="RUN", help="run directory (its newest checkpoint) or a "
-                                                  "checkpoint directory")
+    add_run_argument(parser)
     parser.add_argument("--prompt", default="\n", help="text to continue")
     parser.add_argument("--tokens", type=int, default=200, help="tokens to generate")
     parser.add_argument("--temperature", type=float, default=0.8,

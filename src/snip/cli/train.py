@@ -58,6 +58,12 @@ def add_config_options(parser: argparse.ArgumentParser, sections: tuple[str, ...
             help=f"{leaf.help} (default: {default})".replace("%", "%%"))
 
 
+def add_run_argument(parser: argparse.ArgumentParser) -> None:
+    """The ``RUN`` positional of the commands that read a trained checkpoint."""
+    parser.add_argument("run", metavar="RUN",
+                        help="run directory (its newest checkpoint) or a checkpoint directory")
+
+
 def config_overrides(args: argparse.Namespace) -> dict[str, object]:
     """The config options given on the command line, as dotted keys."""
     return {k[len(_PREFIX):]: v for k, v in vars(args).items() if k.startswith(_PREFIX)}

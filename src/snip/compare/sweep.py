@@ -114,12 +114,12 @@ class BaseInfo:
 def _base_info(path: str) -> BaseInfo:
     from snip.train import checkpoint
     from snip.train.config import build, read_toml_text
+    from snip.train.loop import order_seed
 
     ckpt_dir = checkpoint.find(Path(path), "--base")
     meta = checkpoint.verify(ckpt_dir)
     cfg = build(read_toml_text((ckpt_dir / "config.toml").read_text()))
-    order = cfg.seed if cfg.data.order_seed < 0 else cfg.data.order_seed
-    return BaseInfo(path=ckpt_dir.resolve(), step=int(meta["step"]), order_seed=order,
+    return BaseInfo(path=ckpt_dir.resolve(), step=int(meta["step"]), order_seed=order_seed(cfg),
                     model=meta.get("model", {}))
 
 
@@ -135,8 +135,8 @@ def check_bases(bases: Sequence[str]) -> list[BaseInfo]:
     return infos
 
 
-def arm_overrides(sweep: Sweep, base: BaseInfo, order: int, arm: Arm,
-                  unit: tuple[int, int]) -> dict[str, Any]:
+def arm_overrides(sweep: Sweep, base: BaseInfo, unit: tuple[int, int],
+                  arm: Arm) -> dict[str, Any]:
     """The ``snip train --init-from`` overrides of one (unit, arm) branch."""
     run_dir = sweep.run_dir(unit, arm)
     values: dict[str, Any] = {
@@ -144,8 +144,8 @@ def arm_overrides(sweep: Sweep, base: BaseInfo, order: int, arm: Arm,
         "train.steps": base.step + sweep.steps, "train.eval_every": sweep.steps,
         "train.ckpt_every": sweep.steps, "train.keep_checkpoints": 1,
         "train.eval_batches": sweep.eval_batches, "log.progress": False, **arm.overrides()}
-    if order:
-        values["data.order_seed"] = base.order_seed + order
+    if unit[1]:  # data order k > 0: the parent's order seed + k
+        values["data.order_seed"] = base.order_seed + unit[1]
     if sweep.candidates and arm.kind is Kind.ADAPTIVE:
         values["precision.candidates"] = sweep.candidates
     if sweep.threads:
@@ -215,7 +215,7 @@ def _train_arm(sweep: Sweep, base: BaseInfo, unit: tuple[int, int],
     from snip.train import checkpoint, from_sources, train
 
     run_dir = sweep.run_dir(unit, arm)
-    overrides = arm_overrides(sweep, base, unit[1], arm, unit)
+    overrides = arm_overrides(sweep, base, unit, arm)
     if checkpoint.list_checkpoints(run_dir / "checkpoints"):
         keep = {"train.threads": overrides["train.threads"]} if sweep.threads else {}
         result = train(from_sources(overrides=keep, resume=run_dir), resume=run_dir)
