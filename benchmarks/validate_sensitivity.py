@@ -1,192 +1,381 @@
-"""Do the predicted divergences rank layers the way real quantization damage does?
+"""Does SNIP's predicted loss divergence rank decision units the way real FP4 damage does?
 
-Everything trains through the product's own core (`snip.train`):
+A validation that can decide (issue 10): both sides averaged, both sides' reliability measured,
+every correlation with a bootstrap 95% interval.  Everything trains and evaluates through the
+product's own core (:mod:`snip.train`).
 
-1. Train the ``tiny`` model in fp32 for ``--steps + --k`` steps, saving the checkpoint at
-   ``--steps`` (the base) and continuing to ``--steps + --k`` (the fp32 continuation).
-2. Predict: one statistics cycle (:func:`snip.sensitivity.measure`) on the base's model and
-   AdamW state (a trainer branched from the base, not run).
-3. Measure, for every linear layer ``l`` alone switched to FP4 (fp4_e2m1_tile128):
-   (a) the loss increase on the trainer's strided held-out batches with ``l``'s fprop in FP4
-       (the rest fp32);
-   (b) the weight drift ``||theta_k - theta_k^ref||^2`` after ``k`` steps of a branch of the
-       base with ``l``'s backward GEMMs (dgrad, wgrad) in FP4, against the fp32 continuation
-       (same batches, same schedule);
-   (a') the same as (a) with *stochastic* rounding of X and W, averaged over ``--sr-seeds``
-       draws: the expected loss increase under unbiased rounding error, which is exactly what
-       the second-order metric models (RNE error on one fixed W also has a first-order part).
-4. Print Spearman rank correlations: predicted loss divergence vs (a), predicted weight
-   divergence vs (b), and the relative-quantization-error score (the ``min_rel_err`` baseline's
-   ranking) vs each.  Writes ``benchmarks/out/validate_sensitivity_*.json``; the runs go to
-   ``benchmarks/out/validate/``.
+1. **Checkpoints.** One BF16 run of ``--model`` (default ``tiny-deep``: 6 blocks x 7 linears =
+   42 decision units) through :func:`snip.train.train`, checkpoints at ``--checkpoints``.
+2. **Predictor.** On each checkpoint (model + AdamW state, via :class:`snip.train.loop.Trainer`),
+   ``--tables`` independent statistics cycles (:func:`snip.sensitivity.measure`, the controller's
+   default ``calib_rows``, fresh calibration batches each), candidates ``(high, low)``.  The
+   predictor of unit ``l`` is the mean over tables of its fprop loss divergence at ``low`` minus
+   ``high`` (nats) -- what a forward-only loss measurement can see.  The relative-error score
+   (``min_rel_err``'s per-layer score, sum of the operand errors of all three GEMMs, and its
+   fprop part ``x + w``) is averaged the same way.
+3. **Ground truth.** On the trainer's strided held-out batches (``--eval-batches``), the loss with
+   unit ``l`` alone computing its forward GEMM from ``low``-quantized X and W with *stochastic
+   rounding*, minus the unquantized (fp32) loss on the same batches, averaged over ``--sr-draws``
+   independent rounding draws (the expectation the second-order metric models).
+4. **Reliability.** Split-half (Spearman-Brown) of the truth over draws and of the predictor
+   over tables; noise ceiling ``sqrt(rel_truth * rel_pred)``.
+5. **Ranking.** Spearman and Kendall of predictor vs truth per checkpoint and pooled (mean of
+   per-checkpoint correlations; bootstrap resamples units within each checkpoint); the paired
+   difference SNIP - relative error of Spearman on identical resamples.
+6. **Additivity.** ``--plans`` random multi-unit plans per checkpoint: measured loss change of
+   the plan (same SR protocol) vs the sum of the predictions (and vs the sum of the measured
+   single-unit damages).
+7. **Regret.** At FP4 budget ``--budget``: SNIP's plan (ILP on the averaged table) vs the oracle
+   (the same knapsack on measured damage, :mod:`snip.planner.oracle`), min_rel_err and a random
+   plan, each held at the ILP's FP4 fraction; measured loss change of each plan, and the regret
+   SNIP - oracle.
 
-    python benchmarks/validate_sensitivity.py [--steps 300 --k 10 --micro-batches 4]
+Writes ``<out>.json`` and ``<out>.md`` (default ``benchmarks/out/validate_sensitivity``); the
+training run goes to ``<out>_runs/``.
+
+    OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 PYTHONPATH=src nice -n 5 python \
+        benchmarks/validate_sensitivity.py [--steps 600 --checkpoints 200,400,600]
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import shutil
+import sys
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
-from scipy.stats import spearmanr
+import torch.nn.functional as F
 
+from snip.formats import get_spec, quantize
 from snip.plan import PrecisionPlan
-from snip.sensitivity import SensitivityConfig, measure
+from snip.planner import solution
+from snip.planner.oracle import Damage
+from snip.sensitivity import SensitivityConfig, SensitivityTable, measure
+from snip.sensitivity import stats as S
+from snip.sensitivity.table import GEMMS, blend
 from snip.train import from_sources, train
-from snip.train.evaluation import mean_loss
 from snip.train.loop import CALIBRATION_KEY, Trainer
 
-FP4 = "fp4_e2m1_tile128"
-HP = "fp32"
 OUT = Path(__file__).resolve().parent / "out"
+_REL_OPS = {"fprop": ("x", "w"), "dgrad": ("dy", "w"), "wgrad": ("dy", "x")}
 
 
-def one_layer_plan(name: str, fprop: str, back: str) -> PrecisionPlan:
-    return PrecisionPlan(default=dict.fromkeys(("fprop", "dgrad", "wgrad"), HP),
+def one_layer_plan(name: str, fprop: str, back: str, high: str = "fp32") -> PrecisionPlan:
+    """Every GEMM ``high`` except ``name``'s (fprop ``fprop``, dgrad/wgrad ``back``)."""
+    return PrecisionPlan(default=dict.fromkeys(GEMMS, high),
                          layers={name: {"fprop": fprop, "dgrad": back, "wgrad": back}})
 
 
-def held_out_loss(model, batches) -> float:
-    return mean_loss(model, batches, torch.device("cpu"))
-
-
 @torch.no_grad()
-def sr_loss(model, name: str, batches, seeds: int) -> float:
-    """Held-out loss with layer ``name``'s fprop operands stochastically rounded to FP4."""
-    import torch.nn.functional as F
+def held_out_loss(model, batches) -> float:
+    """Mean loss over ``batches`` (each weighs the same)."""
+    return float(np.mean([float(model(x, y)[1]) for x, y in batches]))
 
-    from snip.formats import get_spec, quantize
 
-    layer = model.get_submodule(name)
+def stack(batches, group: int) -> list[tuple[torch.Tensor, torch.Tensor, int]]:
+    """Equal-shape batches stacked ``group`` at a time (one forward each): ``(x, y, count)``."""
     out = []
-    for s in range(seeds):
-        gen = torch.Generator().manual_seed(s)
+    for i in range(0, len(batches), group):
+        part = batches[i:i + group]
+        out.append((torch.cat([b[0] for b in part]), torch.cat([b[1] for b in part]), len(part)))
+    return out
 
-        def hook(mod, args, _y, gen=gen):
-            x = quantize(args[0], FP4, rounding="stochastic", generator=gen)
-            w = quantize(mod.weight, get_spec(FP4).for_weight(), rounding="stochastic",
-                         generator=gen)
-            return F.linear(x, w)
-        h = layer.register_forward_hook(hook)
+
+@dataclass(frozen=True)
+class SRProbe:
+    """Forward hooks that recompute chosen linears from stochastically rounded X and W.
+
+    Batches are stacked for speed, but every original batch keeps its own quantization (its
+    own scale and its own rounding draw of X and W), exactly as if it ran alone."""
+
+    low: str
+    rows: int  # rows of one original batch
+
+    @torch.no_grad()
+    def loss(self, model, names: Sequence[str], stacked, seed: int | None) -> float:
+        """Mean loss over all batches with every layer in ``names`` SR-quantized (one draw;
+        ``seed=None``: no quantization)."""
+        gen = torch.Generator().manual_seed(seed or 0)
+        wspec = get_spec(self.low).for_weight()
+
+        def hook(mod, args, _y):
+            x, outs = args[0], []
+            for g in range(0, x.shape[0], self.rows):
+                xq = quantize(x[g:g + self.rows], self.low, rounding="stochastic", generator=gen)
+                wq = quantize(mod.weight, wspec, rounding="stochastic", generator=gen)
+                outs.append(F.linear(xq, wq, getattr(mod, "bias", None)))
+            return torch.cat(outs)
+        handles = [] if seed is None else \
+            [model.get_submodule(n).register_forward_hook(hook) for n in names]
         try:
-            out.append(held_out_loss(model, batches))
+            tot = sum(float(model(x, y)[1]) * k for x, y, k in stacked)
+            return tot / sum(k for *_, k in stacked)
         finally:
-            h.remove()
-    return float(np.mean(out))
+            for h in handles:
+                h.remove()
 
 
-def flat(model) -> torch.Tensor:
-    return torch.cat([p.detach().flatten() for p in model.parameters()])
+def average_tables(tables: Sequence[SensitivityTable]) -> SensitivityTable:
+    """The equal-weight mean of ``tables`` (a running :func:`blend`)."""
+    avg = tables[0]
+    for i, t in enumerate(tables[1:], start=1):
+        avg = blend(avg, t, decay=i / (i + 1))
+    return avg
 
 
-def checkpoint_weights(run: Path, step: int) -> torch.Tensor:
-    from safetensors.torch import load_file
+def predictions(table: SensitivityTable, high: str, low: str) -> dict[str, dict[str, float]]:
+    """Per unit: SNIP's fprop loss divergence (low - high, nats), its full objective
+    difference, and the relative-error scores."""
+    out: dict[str, dict[str, float]] = {"snip": {}, "snip_objective": {}, "rel_err": {},
+                                        "rel_err_fprop": {}}
+    for n, e in table.layers.items():
+        out["snip"][n] = (e.metric("fprop", low).loss_div - e.metric("fprop", high).loss_div)
+        out["snip_objective"][n] = sum(e.metric(g, low).objective - e.metric(g, high).objective
+                                       for g in GEMMS)
+        errs = e.rel_err[low]
+        out["rel_err"][n] = sum(errs[op] for g in GEMMS for op in _REL_OPS[g])
+        out["rel_err_fprop"][n] = errs["x"] + errs["w"]
+    return out
 
-    state = load_file(run / "checkpoints" / f"step_{step:06d}" / "model.safetensors")
-    return torch.cat([state[k].flatten() for k in sorted(state)])
+
+def train_checkpoints(args, root: Path) -> list[Path]:
+    steps = sorted(args.checkpoints)
+    every = int(np.gcd.reduce(steps))
+    run = train(from_sources(overrides={
+        "model.name": args.model, "precision.preset": "bf16", "train.batch_size": args.batch,
+        "train.seq_len": args.seq, "train.lr": args.lr, "train.steps": steps[-1],
+        "train.warmup_steps": min(30, steps[0]), "train.eval_batches": 4,
+        "train.eval_every": steps[-1], "train.threads": args.threads, "train.ckpt_every": every,
+        "train.keep_checkpoints": steps[-1] // every, "log.progress": False,
+        "run.dir": str(root), "run.name": "base", "seed": args.seed}))
+    return [run.run_dir / "checkpoints" / f"step_{s:06d}" for s in steps]
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--steps", type=int, default=300)
-    p.add_argument("--k", type=int, default=10)
+def study_checkpoint(args, ckpt: Path, idx: int, root: Path) -> dict:
+    """Predictor tables, SR ground truth, additivity plans and regret on one checkpoint."""
+    t0 = time.perf_counter()
+    trainer = Trainer(from_sources(overrides={"run.name": f"probe{idx}", "run.dir": str(root),
+                                              "train.eval_batches": args.eval_batches,
+                                              "train.threads": args.threads},
+                                   init_from=ckpt), init_from=ckpt)
+    trainer.close()
+    model, opt, batches = trainer.model, trainer.optimizer, trainer.eval_data
+    step = trainer.step_count
+    PrecisionPlan(default=dict.fromkeys(GEMMS, "fp32")).apply(model)  # unquantized reference
+    t = trainer.cfg.train
+
+    def batch_fn(i: int):
+        return trainer.data.train_batch(CALIBRATION_KEY + i, t.batch_size, t.seq_len)
+
+    cfg = dict(candidates=(args.high, args.low), micro_batches=args.calib_batches,
+               rows=args.calib_rows)
+    tables = [measure(model, batch_fn, optimizer=opt, step=step,
+                      config=SensitivityConfig(**cfg, seed=1000 * idx + k),
+                      batch_offset=k * args.calib_batches) for k in range(args.tables)]
+    t_pred = time.perf_counter() - t0
+    names = list(tables[0].layers)
+    per_table = [predictions(tb, args.high, args.low) for tb in tables]
+    pred = {key: [float(np.mean([p[key][n] for p in per_table])) for n in names]
+            for key in per_table[0]}
+    pred_reps = np.array([[p["snip"][n] for p in per_table] for n in names])
+
+    probe = SRProbe(args.low, rows=batches[0][0].shape[0])
+    stacked = stack(batches, args.stack)
+    base = probe.loss(model, [], stacked, None)
+
+    def damage_draws(units: Sequence[str], tag: int) -> np.ndarray:
+        return np.array([probe.loss(model, units, stacked, seed=hash((idx, tag, s)) % 2**31)
+                         - base for s in range(args.sr_draws)])
+
+    truth_reps = np.array([damage_draws([n], j) for j, n in enumerate(names)])
+    truth = truth_reps.mean(1)
+    t_truth = time.perf_counter() - t0 - t_pred
+
+    rng = np.random.default_rng(10_000 + idx)
+    plans = []
+    for p in range(args.plans):
+        size = int(rng.integers(2, max(3, len(names) // 2 + 1)))
+        sel = sorted(rng.choice(len(names), size=size, replace=False).tolist())
+        meas = damage_draws([names[i] for i in sel], 1000 + p)
+        plans.append({"units": [names[i] for i in sel], "measured": float(meas.mean()),
+                      "measured_se": float(meas.std(ddof=1) / np.sqrt(len(meas))),
+                      "predicted_sum": float(sum(pred["snip"][i] for i in sel)),
+                      "truth_sum": float(truth[sel].sum())})
+
+    avg = average_tables(tables)
+    damage = Damage(high=args.high, low=args.low, per_gemm=False, base_loss=base,
+                    values=dict(zip(names, truth.tolist(), strict=True)))
+    cands = (args.high, args.low)
+    ilp = solution(avg, args.budget, candidates=cands)
+    sols = {"snip": ilp,
+            "oracle": solution(avg, args.budget, method="oracle", damage=damage, reference=ilp,
+                               candidates=cands),
+            "min_rel_err": solution(avg, args.budget, method="min_rel_err", reference=ilp,
+                                    candidates=cands),
+            "random": solution(avg, args.budget, method="random", reference=ilp,
+                               candidates=cands, seed=idx)}
+    regret = {}
+    for k, sol in sols.items():
+        low_units = [n for n in names if sol.plan.layers[n]["fprop"] == get_spec(args.low).name]
+        meas = damage_draws(low_units, 5000 + list(sols).index(k))
+        regret[k] = {"fp4_fraction": sol.achieved.fp4_flop_fraction, "fp4_units": low_units,
+                     "measured": meas.tolist(), "measured_mean": float(meas.mean())}
+    trainer_seconds = time.perf_counter() - t0
+    return {"checkpoint": str(ckpt), "step": step, "names": names, "pred": pred,
+            "pred_reps": pred_reps.tolist(), "truth": truth.tolist(),
+            "truth_reps": truth_reps.tolist(), "base_loss": base, "plans": plans,
+            "regret": regret, "seconds": {"predictor": t_pred, "truth": t_truth,
+                                          "total": trainer_seconds}}
+
+
+def summarize(ckpts: list[dict], *, n_boot: int = 2000, seed: int = 0) -> dict:
+    """All statistics of the validation from the per-checkpoint raw results."""
+    strata = np.concatenate([[i] * len(c["names"]) for i, c in enumerate(ckpts)])
+    truth = np.concatenate([c["truth"] for c in ckpts])
+    preds = {k: np.concatenate([c["pred"][k] for c in ckpts]) for k in ckpts[0]["pred"]}
+    kw = dict(strata=strata, n_boot=n_boot, seed=seed)
+    ranking = {k: {"spearman": S.bootstrap_ci(S.spearman, v, truth, **kw).to_dict(),
+                   "kendall": S.bootstrap_ci(S.kendall, v, truth, **kw).to_dict()}
+               for k, v in preds.items()}
+    per_ckpt = [{"step": c["step"], "units": len(c["names"]),
+                 "spearman": S.bootstrap_ci(S.spearman, c["pred"]["snip"], c["truth"],
+                                            n_boot=n_boot, seed=seed).to_dict(),
+                 "kendall": S.kendall(c["pred"]["snip"], c["truth"]),
+                 "rel_truth": S.split_half(np.array(c["truth_reps"]), seed=seed),
+                 "rel_pred": S.split_half(np.array(c["pred_reps"]), seed=seed)}
+                for c in ckpts]
+    for r in per_ckpt:
+        r["noise_ceiling"] = S.noise_ceiling(r["rel_truth"], r["rel_pred"])
+    paired = {other: S.paired_difference_ci(S.spearman, preds["snip"], preds[other], truth,
+                                            **kw).to_dict()
+              for other in ("rel_err", "rel_err_fprop", "snip_objective")}
+    plans = [p for c in ckpts for p in c["plans"]]
+    pstrata = np.concatenate([[i] * len(c["plans"]) for i, c in enumerate(ckpts)])
+    meas = np.array([p["measured"] for p in plans])
+    pkw = dict(strata=pstrata, n_boot=n_boot, seed=seed)
+    additivity = {
+        "plans": len(plans),
+        "pearson_pred_sum": S.bootstrap_ci(S.pearson, [p["predicted_sum"] for p in plans], meas,
+                                           **pkw).to_dict(),
+        "spearman_pred_sum": S.bootstrap_ci(S.spearman, [p["predicted_sum"] for p in plans],
+                                            meas, **pkw).to_dict(),
+        "pearson_truth_sum": S.bootstrap_ci(S.pearson, [p["truth_sum"] for p in plans], meas,
+                                            **pkw).to_dict(),
+        "ratio_measured_to_truth_sum": float(meas.sum() / sum(p["truth_sum"] for p in plans)),
+        "ratio_predicted_to_measured": float(sum(p["predicted_sum"] for p in plans)
+                                             / meas.sum()),
+    }
+    regret = {}
+    for k in ckpts[0]["regret"]:
+        vals = np.array([c["regret"][k]["measured_mean"] for c in ckpts])
+        regret[k] = {"measured_per_checkpoint": vals.tolist(), "mean": float(vals.mean())}
+    diffs = np.array([np.array(c["regret"]["snip"]["measured"])
+                      - np.array(c["regret"]["oracle"]["measured"]) for c in ckpts])
+    regret["snip_minus_oracle"] = _mean_ci(diffs.mean(0))
+    regret["snip_minus_oracle_per_checkpoint"] = [float(d.mean()) for d in diffs]
+    return {"ranking": ranking, "per_checkpoint": per_ckpt, "paired_vs_snip": paired,
+            "additivity": additivity, "regret": regret,
+            "mean_noise_ceiling": float(np.nanmean([r["noise_ceiling"] for r in per_ckpt]))}
+
+
+def _mean_ci(x: np.ndarray) -> dict[str, float]:
+    """Mean with a 95% t interval over independent rounding draws."""
+    from scipy.stats import t as student
+
+    n = len(x)
+    m = float(np.mean(x))
+    if n < 2:
+        return {"value": m, "low": float("nan"), "high": float("nan"), "n": n}
+    h = float(student.ppf(0.975, n - 1) * np.std(x, ddof=1) / np.sqrt(n))
+    return {"value": m, "low": m - h, "high": m + h, "n": n}
+
+
+def _iv(d: dict) -> str:
+    return f"{d['value']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]"
+
+
+def markdown(result: dict) -> str:
+    a, s = result["args"], result["summary"]
+    lines = [f"# validate_sensitivity ({a['model']}, low {a['low']}, {result['units']} units x "
+             f"{len(result['checkpoints'])} checkpoints)", "",
+             f"Command: `{result['command']}`  ", f"Date: {result['date']}, "
+             f"{result['seconds']:.0f} s", "",
+             "| predictor | Spearman [95% CI] | Kendall [95% CI] |", "|---|---|---|"]
+    for k, v in s["ranking"].items():
+        lines.append(f"| {k} | {_iv(v['spearman'])} | {_iv(v['kendall'])} |")
+    lines += ["", "| step | Spearman (snip) | Kendall | truth split-half | predictor split-half "
+              "| noise ceiling |", "|---|---|---|---|---|---|"]
+    for r in s["per_checkpoint"]:
+        lines.append(f"| {r['step']} | {_iv(r['spearman'])} | {r['kendall']:+.3f} | "
+                     f"{r['rel_truth']:+.3f} | {r['rel_pred']:+.3f} | {r['noise_ceiling']:.3f} |")
+    lines += ["", "Paired difference of Spearman, snip - other (same resamples): "]
+    lines += [f"- vs {k}: {_iv(v)}" for k, v in s["paired_vs_snip"].items()]
+    ad = s["additivity"]
+    lines += ["", f"Additivity ({ad['plans']} random plans): Pearson(predicted sum, measured) "
+              f"{_iv(ad['pearson_pred_sum'])}, Spearman {_iv(ad['spearman_pred_sum'])}; "
+              f"Pearson(sum of measured single-unit damage, measured) "
+              f"{_iv(ad['pearson_truth_sum'])}; measured / sum of singles "
+              f"{ad['ratio_measured_to_truth_sum']:.3f}; predicted / measured "
+              f"{ad['ratio_predicted_to_measured']:.3f}."]
+    rg = s["regret"]
+    lines += ["", f"Regret at FP4 budget {a['budget']} (measured loss change, mean over "
+              "checkpoints): " + ", ".join(f"{k} {v['mean']:+.5f}" for k, v in rg.items()
+                                            if "mean" in v)
+              + f"; snip - oracle {_iv(rg['snip_minus_oracle'])} (t interval over draws)."]
+    return "\n".join(lines) + "\n"
+
+
+def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="tiny-deep")
+    p.add_argument("--checkpoints", type=lambda s: [int(x) for x in s.split(",")],
+                   default=[200, 400, 600])
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--seq", type=int, default=64)
     p.add_argument("--lr", type=float, default=3e-3)
-    p.add_argument("--micro-batches", type=int, default=4)
-    p.add_argument("--noise-groups", type=int, default=1)
-    p.add_argument("--sr-seeds", type=int, default=4)
-    p.add_argument("--eval-batches", type=int, default=48)
+    p.add_argument("--high", default="bf16")
+    p.add_argument("--low", default="fp4_e2m1_tensor")
+    p.add_argument("--tables", type=int, default=16)
+    p.add_argument("--calib-batches", type=int, default=1)
+    p.add_argument("--calib-rows", type=int, default=2)
+    p.add_argument("--sr-draws", type=int, default=8)
+    p.add_argument("--eval-batches", type=int, default=32)
+    p.add_argument("--stack", type=int, default=16, help="eval batches per forward")
+    p.add_argument("--plans", type=int, default=10, help="random plans per checkpoint")
+    p.add_argument("--budget", type=float, default=0.75)
+    p.add_argument("--boot", type=int, default=2000)
     p.add_argument("--threads", type=int, default=1)
-    args = p.parse_args()
-    root = OUT / "validate"
-    shutil.rmtree(root, ignore_errors=True)
-    common = {"model.name": "tiny", "train.batch_size": args.batch, "train.seq_len": args.seq,
-              "train.lr": args.lr, "train.steps": args.steps + args.k, "train.warmup_steps": 30,
-              "train.eval_batches": args.eval_batches, "train.threads": args.threads,
-              "log.progress": False, "run.dir": str(root), "seed": 0}
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, default=OUT / "validate_sensitivity")
+    return p.parse_args(argv)
 
+
+def main(argv: Sequence[str] | None = None) -> dict:
+    args = parse(argv)
+    torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
-    base = train(from_sources(overrides={
-        **common, "run.name": "base", "precision.preset": HP, "train.ckpt_every": args.steps,
-        "train.eval_every": args.steps + args.k, "train.keep_checkpoints": 2}))
-    t_train = time.perf_counter() - t0
-    ckpt = base.run_dir / "checkpoints" / f"step_{args.steps:06d}"
-    ref_theta = checkpoint_weights(base.run_dir, args.steps + args.k)
-
-    probe = Trainer(from_sources(overrides={"run.name": "probe"}, init_from=ckpt),
-                    init_from=ckpt)
-    model, opt, batches = probe.model, probe.optimizer, probe.eval_data
-    probe.close()
-
-    def batch_fn(i: int):
-        return probe.data.train_batch(CALIBRATION_KEY + i, args.batch, args.seq)
-
-    t1 = time.perf_counter()
-    tables = {fo: measure(model, batch_fn, optimizer=opt, step=args.steps,
-                          config=SensitivityConfig(candidates=(FP4,), first_order=fo,
-                                                   micro_batches=args.micro_batches,
-                                                   noise_groups=args.noise_groups))
-              for fo in (False, True)}
-    t_stats = (time.perf_counter() - t1) / 2
-    ref_loss = held_out_loss(model, batches)
-
-    names = tables[False].names
-    dloss, drift, dloss_sr = [], [], []
-    for name in names:
-        dloss_sr.append(sr_loss(model, name, batches, args.sr_seeds) - ref_loss)
-        m = copy.deepcopy(model)
-        one_layer_plan(name, FP4, HP).apply(m)
-        dloss.append(held_out_loss(m, batches) - ref_loss)
-        plan = root / f"plan_{name}.json"
-        one_layer_plan(name, HP, FP4).to_json(plan)
-        branch = train(from_sources(overrides={"run.name": f"back_{name}",
-                                               "precision.plan": str(plan)}, init_from=ckpt),
-                       init_from=ckpt)
-        theta = checkpoint_weights(branch.run_dir, args.steps + args.k)
-        drift.append(float(((theta - ref_theta) ** 2).sum()))
-
-    t = tables[False]
-    pred_l = [t.layers[n].metric("fprop", FP4).loss_div for n in names]
-    pred_l1 = [tables[True].layers[n].metric("fprop", FP4).loss_div for n in names]
-    pred_w = [t.layers[n].metric("dgrad", FP4).weight_div + t.layers[n].metric("wgrad", FP4)
-              .weight_div for n in names]
-    rel_f = [t.layers[n].rel_err[FP4]["x"] + t.layers[n].rel_err[FP4]["w"] for n in names]
-    rel_b = [2 * t.layers[n].rel_err[FP4]["dy"] + t.layers[n].rel_err[FP4]["w"]
-             + t.layers[n].rel_err[FP4]["x"] for n in names]
-    rho = {
-        "loss_div (2nd order) vs actual loss increase": spearmanr(pred_l, dloss)[0],
-        "loss_div (+1st order) vs actual loss increase": spearmanr(pred_l1, dloss)[0],
-        "rel err (fprop X+W) vs actual loss increase": spearmanr(rel_f, dloss)[0],
-        "loss_div (2nd order) vs SR expected loss increase": spearmanr(pred_l, dloss_sr)[0],
-        "rel err (fprop X+W) vs SR expected loss increase": spearmanr(rel_f, dloss_sr)[0],
-        "weight_div vs actual weight drift": spearmanr(pred_w, drift)[0],
-        "rel err (dY,W,X) vs actual weight drift": spearmanr(rel_b, drift)[0],
-    }
-    print(f"tiny model, {args.steps} fp32 steps ({t_train:.0f}s), statistics cycle {t_stats:.1f}s "
-          f"({args.micro_batches} micro-batches), {len(names)} layers, k={args.k}")
-    print(f"{'layer':<28} {'pred dL':>10} {'actual dL':>10} {'SR dL':>10} {'pred dW':>10} "
-          f"{'drift':>10}")
-    for i, n in enumerate(names):
-        print(f"{n:<28} {pred_l[i]:10.3e} {dloss[i]:10.3e} {dloss_sr[i]:10.3e} "
-              f"{pred_w[i]:10.3e} {drift[i]:10.3e}")
-    for k, v in rho.items():
-        print(f"Spearman {k:<48} {v:+.3f}")
-    out = Path(__file__).resolve().parent / "out" / (
-        f"validate_sensitivity_mb{args.micro_batches}_g{args.noise_groups}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"args": vars(args), "layers": names, "pred_loss": pred_l,
-                               "pred_loss_first_order": pred_l1, "actual_loss": dloss,
-                               "actual_loss_sr": dloss_sr,
-                               "pred_weight": pred_w, "actual_drift": drift,
-                               "rel_err_fprop": rel_f, "rel_err_backward": rel_b,
-                               "spearman": rho, "stats_seconds": t_stats}, indent=1))
+    root = Path(f"{args.out}_runs")
+    shutil.rmtree(root, ignore_errors=True)
+    ckpts = [study_checkpoint(args, c, i, root)
+             for i, c in enumerate(train_checkpoints(args, root))]
+    result = {"args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+              "command": " ".join(["python", "benchmarks/validate_sensitivity.py",
+                                   *(sys.argv[1:] if argv is None else argv)]),
+              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+              "units": len(ckpts[0]["names"]), "checkpoints": ckpts,
+              "summary": summarize(ckpts, n_boot=args.boot, seed=args.seed)}
+    result["seconds"] = time.perf_counter() - t0
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    Path(f"{args.out}.json").write_text(json.dumps(result, indent=1))
+    Path(f"{args.out}.md").write_text(markdown(result))
+    print(markdown(result))
+    return result
 
 
 if __name__ == "__main__":
