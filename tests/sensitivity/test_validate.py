@@ -10,7 +10,6 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import validate_sensitivity as V  # noqa: E402
-
 from snip.sensitivity import stats as S  # noqa: E402
 
 
