@@ -6,7 +6,9 @@ formats (bf16, mxfp8_e4m3, mxfp4, nvfp4), decided per GEMM: 1680 units x 4 forma
 binaries (``--per-layer``: 560 units).  For each budget it times ``snip.planner.solution``
 (problem build + solve + plan construction) for the ILP and for the ``layer_type`` baseline
 (which solves the ILP first and then matches its FP4 fraction), names the path the ILP took
-(``dp``: an exact knapsack DP; ``milp``: HiGHS), and checks that ``layer_type``,
+(``dp``: an exact knapsack DP; ``core``: FP4 + time budgets, Lagrangian reduced-cost fixing
+and a small exact MILP on the remaining core, :func:`snip.planner.ilp._solve_core`; ``milp``:
+HiGHS on the whole problem), and checks that ``layer_type``,
 ``min_rel_err``, ``layer_id`` and 5 ``random`` draws all land on exactly the ILP's FP4
 fraction (FP4 budgets; time budgets: within one unit's time).  Writes
 ``benchmarks/out/bench_planner.json``.
@@ -18,13 +20,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 from snip.planner import Budget, build_problem, solution
-from snip.planner.ilp import _Columns, _knapsack_weights, _solve_dp
+from snip.planner.ilp import _Columns, _knapsack_weights, _solve_core, _solve_dp, dominated
 from snip.sensitivity import synthetic_table
 
 FOUR = ("bf16", "mxfp8_e4m3", "mxfp4", "nvfp4")
@@ -53,6 +59,10 @@ def timed(fn, repeat: int) -> tuple[float, object]:
 
 def ilp_path(table, budget: Budget, per_gemm: bool) -> str:
     p = build_problem(table, budget, candidates=FOUR, per_gemm=per_gemm)
+    if budget.relative_time is not None and budget.fp4_fraction is not None:
+        keep = ~dominated(p)
+        keep[np.arange(len(keep)), keep.argmax(1)] = True
+        return "core" if _solve_core(p, keep, p.cost, 60.0) is not None else "milp"
     if budget.relative_time is not None:
         return "dp" if _solve_dp(p) is not None else "milp"
     return "dp" if _knapsack_weights(p, _Columns.of(p)) is not None else "milp"
@@ -92,10 +102,14 @@ def main() -> None:
               f"{ilp.achieved.fp4_flop_fraction:8.4f} {matched:>5}/{len(others):<2} "
               f"{ilp.objective:8.4f} {lt.objective:14.4f}")
     units = 80 * 7 * (3 if per_gemm else 1)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _util import cpu_info
     out = Path(__file__).resolve().parent / "out" / "bench_planner.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"units": units, "per_gemm": per_gemm, "candidates": FOUR,
                                "cpu": platform.processor() or platform.machine(),
+                               "cpu_info": cpu_info(), "load_average": os.getloadavg(),
+                               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                                "rows": rows}, indent=1))
     print(f"units: {units} x {len(FOUR)} formats; wrote {out}")
 

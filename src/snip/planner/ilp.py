@@ -337,6 +337,128 @@ def _solve_dp(problem: Problem) -> np.ndarray | None:
     return None
 
 
+def _budget_matrix(problem: Problem) -> tuple[np.ndarray, np.ndarray]:
+    """FP4 and time budget rows in ``<=`` form per stage: ``A[r] (n, k)`` and ``b[r]``,
+    normalised by the stage's FLOPs (FP4 rows negated)."""
+    b, rows, rhs = problem.budget, [], []
+    for s in range(problem.n_stages):
+        in_s = (problem.stage == s)[:, None]
+        tot = float(problem.flops[in_s[:, 0]].sum()) or 1.0
+        if b.fp4_fraction:
+            rows.append(-problem.fp4 * in_s / tot)
+            rhs.append(-b.fp4_fraction)
+        if b.relative_time is not None:
+            rows.append(problem.time * in_s / tot)
+            rhs.append(b.relative_time)
+    return np.array(rows), np.array(rhs)
+
+
+def _best_rounding(problem: Problem, x: np.ndarray, allowed: np.ndarray,
+                   cost: np.ndarray) -> np.ndarray | None:
+    """The cheapest feasible plan that keeps the LP's integral units and tries every option of
+    its (few) fractional ones; ``None`` if there is none."""
+    choice = x.argmax(1)
+    frac = np.flatnonzero(x.max(1) < 1 - 1e-7)
+    if len(frac) > 4:
+        return None
+    best, best_cost = None, np.inf
+    for combo in itertools.product(*[np.flatnonzero(allowed[u]) for u in frac]):
+        choice[frac] = combo
+        c = float(cost[np.arange(len(choice)), choice].sum())
+        if c < best_cost and not problem.violations(choice):
+            best, best_cost = choice.copy(), c
+    return best
+
+
+def _solve_core(problem: Problem, allowed: np.ndarray, cost: np.ndarray,
+                time_limit: float) -> np.ndarray | None:
+    """Exact FP4 + time (+ stages) plans by Lagrangian reduced-cost fixing and a small MILP.
+
+    1. The LP relaxation (HiGHS simplex, milliseconds) gives multipliers ``mu >= 0`` of the
+       budget rows ``A x <= b``.  For *any* feasible plan ``x``::
+
+           cost(x) >= cost(x) + mu.(A x - b) = L(mu) + sum_u rc[u, x_u]
+
+       with the Lagrangian costs ``c'[u,p] = cost[u,p] + mu.A[:, u, p]``, the bound
+       ``L(mu) = sum_u min_p c'[u,p] - mu.b`` and reduced costs ``rc = c' - min_p c'``.
+    2. Rounding the LP's few fractional units gives a feasible incumbent of cost ``UB``.
+    3. An optimal plan has ``sum_u rc[u, x_u] <= UB - L``, so every option with
+       ``rc[u,p] > UB - L`` can be removed: most units keep only their Lagrangian best option.
+    4. The remaining *core* (units with >= 2 options left) is a small MILP with the residual
+       budgets; its optimum together with the fixed units is optimal for the whole problem.
+       The core is grown from a small threshold ``g`` instead of ``UB - L`` at once: a
+       restricted optimum of cost ``c`` with ``c - L <= g`` is already certified optimal.
+
+    ``None`` when the LP fails or no rounding is feasible (the caller runs the full MILP)."""
+    from scipy.optimize import linprog
+
+    n, k = cost.shape
+    A, rhs = _budget_matrix(problem)
+    uu, pp = np.nonzero(allowed)
+    a_eq = coo_matrix((np.ones(len(uu)), (uu, np.arange(len(uu)))), shape=(n, len(uu))).tocsr()
+    res = linprog(cost[uu, pp], A_ub=A[:, uu, pp], b_ub=rhs, A_eq=a_eq, b_eq=np.ones(n),
+                  bounds=(0, 1), method="highs-ds")
+    if res.status != 0:
+        return None
+    mu = np.maximum(-res.ineqlin.marginals, 0.0)
+    lag = np.where(allowed, cost + np.tensordot(mu, A, axes=1), np.inf)
+    low = lag.min(1)
+    bound = float(low.sum() - mu @ rhs)
+    x = np.zeros((n, k))
+    x[uu, pp] = res.x
+    inc = _best_rounding(problem, x, allowed, cost)
+    if inc is None:
+        return None
+    ub = float(cost[np.arange(n), inc].sum())
+    tol = 1e-9 * max(1.0, abs(ub), abs(bound))
+    rc = lag - low[:, None]
+    full = ub - bound + tol
+    # Grow the core (doubling g): options with rc <= g.  The best plan found, of cost c, is
+    # optimal once c - L <= g (a better plan could only use options with rc <= c - L, all of
+    # which the restricted problem had); at g = UB - L the restriction is exact by step 3.
+    pos = np.sort(rc[np.isfinite(rc) & (rc > tol)])
+    g = min(full, float(pos[min(len(pos) - 1, 64)])) if len(pos) else full
+    best, best_c = inc, ub
+    while True:
+        got = _solve_restricted(problem, allowed & (rc <= g), lag, cost, A, rhs, time_limit)
+        if got is not None:
+            c = float(cost[np.arange(n), got].sum())
+            if c < best_c:
+                best, best_c = got, c
+        if best_c - bound <= g + tol or g >= full:
+            return best
+        g = min(full, 2 * g)
+
+
+def _solve_restricted(problem: Problem, keep: np.ndarray, lag: np.ndarray, cost: np.ndarray,
+                      A: np.ndarray, rhs: np.ndarray, time_limit: float) -> np.ndarray | None:
+    """Units with one option in ``keep`` fixed to it, the rest by HiGHS (``None``: infeasible
+    or HiGHS' tolerance could not be met)."""
+    n = len(keep)
+    choice = np.where(keep, lag, np.inf).argmin(1)
+    core = np.flatnonzero(keep.sum(1) > 1)
+    if not len(core):
+        return None if problem.violations(choice) else choice
+    fixed = np.setdiff1d(np.arange(n), core)
+    cu, cp = np.nonzero(keep[core])
+    used = A[:, fixed, choice[fixed]].sum(1)
+    eq = coo_matrix((np.ones(len(cu)), (cu, np.arange(len(cu)))),
+                    shape=(len(core), len(cu))).tocsr()
+    for margin in _TIGHTEN:
+        r = milp(cost[core[cu], cp], integrality=np.ones(len(cu)), bounds=Bounds(0, 1),
+                 constraints=[LinearConstraint(eq, 1.0, 1.0),
+                              LinearConstraint(A[:, core[cu], cp], -np.inf,
+                                               rhs - used - margin)],
+                 options={"time_limit": time_limit, "mip_rel_gap": 1e-9, "presolve": False})
+        if r.x is None:
+            return None
+        on = np.round(r.x) > 0.5
+        choice[core[cu[on]]] = cp[on]
+        if not problem.violations(choice):
+            return choice
+    return None
+
+
 def solve_ilp(problem: Problem, *, time_limit: float = 60.0, use_dp: bool = True) -> np.ndarray:
     """Optimal candidate index per unit; ``ValueError`` when the budget cannot be met.
 
@@ -357,7 +479,14 @@ def solve_ilp(problem: Problem, *, time_limit: float = 60.0, use_dp: bool = True
     k = problem.cost.shape[1]
     nudge = 1e-12 * (1.0 + np.abs(problem.cost).max()) * np.arange(k)[None, :]
     c = cols.delta(problem.cost + nudge)
-    if use_dp and problem.budget.relative_time is not None:
+    b = problem.budget
+    if use_dp and b.relative_time is not None and b.fp4_fraction and b.memory_bytes is None:
+        keep = ~dominated(problem)
+        keep[np.arange(len(keep)), keep.argmax(1)] = True
+        choice = _solve_core(problem, keep, problem.cost + nudge, time_limit)
+        if choice is not None:
+            return choice
+    if use_dp and b.relative_time is not None:
         choice = _solve_dp(problem)
         if choice is not None:
             return choice
