@@ -284,8 +284,10 @@ def _layer_metrics(c: _Cycle, name: str, x: torch.Tensor, g: torch.Tensor, dw: t
     g2 = g.detach().float().reshape(-1, w.shape[0])
     dx = g2 @ w
     hx, hw = _curvature(noisy, x2, w, dx, dw)
+    norms = {}
     for key, v in (("x", x2), ("w", w), ("dy", g2), ("dx", dx), ("dw", dw)):
-        sums.add((name, "stat", key + "_norm"), v.norm())
+        norms[key] = float(v.norm())
+        sums.add((name, "stat", key + "_norm"), norms[key])
     probes, signs = [], propagate.random_signs(g2, c.gen)
     for cand in c.cfg.candidates:
         spec = get_spec(cand)
@@ -293,18 +295,21 @@ def _layer_metrics(c: _Cycle, name: str, x: torch.Tensor, g: torch.Tensor, dw: t
         ex = _err(x2, spec, -1, False, c.err_gen)
         egd, egw = _err(g2, spec, -1, True, c.err_gen), _err(g2, spec, 0, True, c.err_gen)
         exw = _err(x2, spec, 0, False, c.err_gen)
-        dl = 0.5 * ((ex * ex * hx).sum() + (ew * ew * hw).sum())
+        dl = 0.5 * (torch.dot((ex * ex).reshape(-1), hx.reshape(-1))
+                    + torch.dot((ew * ew).reshape(-1), hw.reshape(-1)))
         if c.cfg.first_order:
             dl = dl + (dx * ex).sum() + (dw * ew).sum()
         sums.add((name, Gemm.FPROP.value, cand, "dl"), dl)
-        xq2, fixed = (x2 + exw) ** 2, g2.T @ exw
-        random_part = (egw * egw).T @ xq2
+        xq2, fixed = (x2 + exw).square_(), g2.T @ exw
+        energy = torch.addmm(fixed.square_(), egw.square_().T, xq2)  # E^G^2' Q(X)^2 + fixed^2
         for k, om in weights.items():
-            sums.add((name, Gemm.WGRAD.value, cand, k), (om * (random_part + fixed * fixed)).sum())
+            val = torch.dot(om.reshape(-1).float(), energy.reshape(-1)) \
+                if torch.is_tensor(om) and om.numel() == energy.numel() else (om * energy).sum()
+            sums.add((name, Gemm.WGRAD.value, cand, k), val)
         probes.append(propagate.Probe(layer=name, candidate=cand, source=source,
                                       vector=propagate.shaped_probe(g2, egd, wqd, ewd, signs)))
-        for op, e, t in (("x", ex, x2), ("w", ew, w), ("dy", egd, g2)):
-            sums.add((name, "rel", cand, op), e.norm() / t.norm().clamp_min(1e-30))
+        for op, e in (("x", ex), ("w", ew), ("dy", egd)):
+            sums.add((name, "rel", cand, op), float(e.norm()) / max(norms[op], 1e-30))
     return probes
 
 
@@ -414,8 +419,12 @@ def _build_table(c: _Cycle, avg: dict[tuple, float], tokens: int, step_tokens: i
     metrics = normalize(raw, cfg.normalization, loss=loss, weight_sq=weight_sq, terms=cfg.terms)
     flops = gemm_flops(c.model, tokens, c.layers)
     entries = {}
+    by_layer: dict[str, dict[str, float]] = defaultdict(dict)
+    for k, v in avg.items():
+        if len(k) == 3 and k[1] == "stat":
+            by_layer[k[0]][k[2]] = v
     for n, m in c.layers.items():
-        stats = {k[2]: v for k, v in avg.items() if k[:2] == (n, "stat")}
+        stats = dict(by_layer[n])
         stats["adam"] = adam_summary(c.optimizer, m.weight)
         rel = {k: {op: avg[(n, "rel", k, op)] for op in ("x", "w", "dy")} for k in cfg.candidates}
         entries[n] = LayerEntry(in_features=m.in_features, out_features=m.out_features,

@@ -109,8 +109,10 @@ InputsAt = Callable[[], Mapping[str, torch.Tensor]]
 
 
 def _directional(inputs_at: InputsAt, params: list[nn.Parameter],
-                 direction: list[torch.Tensor], rel_step: float) -> dict[str, torch.Tensor]:
-    """``(d X / d theta) direction`` for every captured input, by a forward difference."""
+                 direction: list[torch.Tensor], rel_step: float,
+                 x0: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``(d X / d theta) direction`` for every captured input, by a forward difference from
+    the unperturbed inputs ``x0`` (one forward, shared by every direction)."""
     dnorm = sum(float(d.float().pow(2).sum()) for d in direction) ** 0.5
     pnorm = sum(float(p.detach().float().pow(2).sum()) for p in params) ** 0.5
     if dnorm == 0:
@@ -118,7 +120,6 @@ def _directional(inputs_at: InputsAt, params: list[nn.Parameter],
     eps = rel_step * max(pnorm, 1e-12) / dnorm
     base = [p.detach().clone() for p in params]
     with torch.no_grad():
-        x0 = {k: v.detach().float() for k, v in inputs_at().items()}
         for p, d in zip(params, direction, strict=True):
             p.add_(d.to(p.dtype), alpha=eps)
         try:
@@ -158,9 +159,11 @@ def joint(probes: Sequence[Probe], inputs: Mapping[str, torch.Tensor],
                             retain_graph=True, allow_unused=True)
     d = [torch.zeros_like(p) if g is None else g.float() for p, g in zip(params, d, strict=True)]
     energy: dict[tuple[str, str], dict[str, float]] = {k: {} for k in out}
+    with torch.no_grad():
+        x0 = {k: v.detach().float() for k, v in inputs_at().items()}
     for name, ws in weights.items():
         direction = [w * g for w, g in zip(ws, d, strict=True)]
-        jt = _directional(inputs_at, params, direction, rel_step)
+        jt = _directional(inputs_at, params, direction, rel_step, x0)
         for p, r in zip(live, rho, strict=True):
             proj = jt.get(p.source)
             val = 0.0 if proj is None else \
