@@ -124,11 +124,13 @@ def main() -> None:
         cfg = SensitivityConfig(step_tokens=1024, **kw)
         jobs[name] = lambda cfg=cfg: measure(model, batch_fn, optimizer=opt, config=cfg)
     best: dict[str, float] = {}
+    cpu: dict[str, float] = {}  # process CPU seconds: fairer than wall time at high load
     for _ in range(args.rounds):
         for name, fn in jobs.items():
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             fn()
             best[name] = min(best.get(name, float("inf")), time.perf_counter() - t0)
+            cpu[name] = min(cpu.get(name, float("inf")), time.process_time() - c0)
     rows = []
     print(f"CPU: {platform.processor() or platform.machine()}, torch threads {args.threads}")
     print(f"step fp32 {best['step_fp32']:.3f}s, step fp8 {best['step_fp8']:.3f}s")
@@ -138,12 +140,25 @@ def main() -> None:
         s = best[name]
         share = RUN_CYCLES * s / (RUN_CYCLES * s + RUN_STEPS * best["step_fp8"])
         rows.append({"setting": name, "seconds": s, "fp32_steps": s / best["step_fp32"],
-                     "fp8_steps": s / best["step_fp8"], "default_run_overhead": share})
+                     "fp8_steps": s / best["step_fp8"], "default_run_overhead": share,
+                     "cpu_seconds": cpu[name], "cpu_fp32_steps": cpu[name] / cpu["step_fp32"],
+                     "cpu_fp8_steps": cpu[name] / cpu["step_fp8"]})
         print(f"{name:42s} {s:8.3f} {s / best['step_fp32']:10.2f} {s / best['step_fp8']:10.2f} "
               f"{100 * share:11.2f}%")
+        print(f"{'':42s} cpu {cpu[name]:.3f}s = {cpu[name] / cpu['step_fp32']:.2f} fp32 steps, "
+              f"{cpu[name] / cpu['step_fp8']:.2f} fp8 steps")
+    import os
+
+    from benchmarks._util import cpu_info
     write_json("bench_sensitivity.json", {"step_fp32": best["step_fp32"],
-                                          "step_fp8": best["step_fp8"], "cycles": rows,
-                                          "rounds": args.rounds, "threads": args.threads})
+                                          "step_fp8": best["step_fp8"],
+                                          "cpu_step_fp32": cpu["step_fp32"],
+                                          "cpu_step_fp8": cpu["step_fp8"], "cycles": rows,
+                                          "rounds": args.rounds, "threads": args.threads,
+                                          "cpu_info": cpu_info(),
+                                          "load_average": os.getloadavg(),
+                                          "date": time.strftime("%Y-%m-%d %H:%M UTC",
+                                                                time.gmtime())})
 
 
 if __name__ == "__main__":

@@ -352,6 +352,8 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--boot", type=int, default=2000)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--reuse", action="store_true",
+                   help="reuse the checkpoints of an earlier run with the same --out")
     p.add_argument("--out", type=Path, default=OUT / "validate_sensitivity")
     return p.parse_args(argv)
 
@@ -361,9 +363,13 @@ def main(argv: Sequence[str] | None = None) -> dict:
     torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
     root = Path(f"{args.out}_runs")
-    shutil.rmtree(root, ignore_errors=True)
-    ckpts = [study_checkpoint(args, c, i, root)
-             for i, c in enumerate(train_checkpoints(args, root))]
+    for probe in root.glob("probe*"):
+        shutil.rmtree(probe)
+    saved = [root / "base" / "checkpoints" / f"step_{s:06d}" for s in sorted(args.checkpoints)]
+    if not (args.reuse and all(p.is_dir() for p in saved)):
+        shutil.rmtree(root, ignore_errors=True)
+        saved = train_checkpoints(args, root)
+    ckpts = [study_checkpoint(args, c, i, root) for i, c in enumerate(saved)]
     result = {"args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
               "command": " ".join(["python", "benchmarks/validate_sensitivity.py",
                                    *(sys.argv[1:] if argv is None else argv)]),
