@@ -7,6 +7,8 @@
 * :mod:`snip.sensitivity.probes` -- hooks that exist only while a probe is active.
 * :mod:`snip.sensitivity.adam` -- the linearised AdamW update gain and the nats weight.
 * :mod:`snip.sensitivity.loss` -- ``loss_fn(model, batch)``: snip and Hugging Face models.
+* :mod:`snip.sensitivity.stats` -- rank correlations with bootstrap intervals, split-half
+  reliability and the noise ceiling (validating a predictor against measured damage).
 """
 from snip.sensitivity.estimate import Propagation, SensitivityConfig, measure
 from snip.sensitivity.loss import LossContractError, LossFn, default_loss
