@@ -198,15 +198,25 @@ def _write_definition(sweep: Sweep) -> None:
     out = Path(sweep.out)
     path, text = out / SWEEP_FILE, json.dumps(sweep.to_dict(), indent=1) + "\n"
     if path.is_file():
-        if json.loads(path.read_text()) != sweep.to_dict():
+        old = json.loads(path.read_text())
+        if old == sweep.to_dict():
+            return
+        if not extends(old, sweep.to_dict()):
             raise UserError(f"{out} holds another comparison (its {SWEEP_FILE} differs); "
-                            f"continue it with snip compare --resume {out}, or choose another "
-                            "--out")
-        return
+                            f"continue it with snip compare --resume {out}, add arms by "
+                            "repeating its definition with more --arm, or choose another --out")
     out.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(text)
     tmp.replace(path)
+
+
+def extends(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    """Whether definition ``new`` is ``old`` with more arms (same bases, steps, orders, ...;
+    every old arm unchanged and first): its finished branches stay valid, the new arms train."""
+    same = all(old.get(k) == new.get(k) for k in set(old) | set(new) if k != "arms")
+    n = len(old["arms"])
+    return same and len(new["arms"]) > n and new["arms"][:n] == old["arms"]
 
 
 def _train_arm(sweep: Sweep, base: BaseInfo, unit: tuple[int, int],
