@@ -34,11 +34,15 @@ def test_arm_syntax(tmp_path: Path) -> None:
     assert [d.label for d in draws] == ["random@0.5#0", "random@0.5#1", "random@0.5#2"]
     assert {d.family for d in draws} == {"random@0.5"}
     assert [d.overrides()["precision.plan_seed"] for d in draws] == [0, 1, 2]
+    (a,) = parse_arm("oracle@0.75")
+    assert (a.label, a.kind, a.method) == ("oracle@0.75", Kind.ADAPTIVE, "oracle")
+    assert a.overrides()["precision.method"] == "oracle"
 
 
 @pytest.mark.parametrize("bad, message", [
     ("fp5", "not a preset"), ("snip@1.5", "in [0, 1]"), ("magic@0.5", "unknown method"),
     ("layer_type@0.5x3", "random@BUDGET only"), ("plan:/nonexistent.json", "not found"),
+    ("oracle@0.5x2", "random@BUDGET only"), ("oracle@2", "in [0, 1]"),
     ("a b=bf16", "label"), ("snip@", "expected"),
 ])
 def test_bad_arm_is_a_user_error(bad: str, message: str) -> None:
@@ -172,3 +176,27 @@ def test_compare_bad_input(base: Path, tmp_path: Path, capsys: pytest.CaptureFix
     assert main(["compare", "--base", str(base), "--base", str(other), "--arm", "bf16",
                  *common]) == 2
     assert "different shapes" in capsys.readouterr().err
+
+
+def test_oracle_arm_added_to_a_finished_sweep(base: Path, tmp_path: Path,
+                                              capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "cmp"
+    common = ["compare", "--base", str(base), "--steps", "2", "--eval-batches", "2",
+              "--candidates", "bf16,fp4_e2m1_tensor", "--out", str(out), "--threads", "1",
+              "--arm", "bf16", "--arm", "snip@0.75"]
+    assert main(common) == 0
+    capsys.readouterr()
+    # the same definition with one more arm: finished arms stay, only the oracle trains
+    assert main([*common, "--arm", "oracle@0.75"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("done earlier") == 2 and "oracle@0.75: val loss" in printed
+    run = out / "runs" / "b0_o0" / "oracle@0.75"
+    damage = json.loads((run / "sensitivity" / "step_12_damage.json").read_text())
+    assert damage["low"] == "fp4_e2m1_tensor" and len(damage["values"]) > 1
+    rows = {r["arm"]: r for r in json.loads((out / "compare.json").read_text())["rows"]["val_loss"]}
+    assert rows["oracle@0.75"]["n"] == 1
+    assert rows["oracle@0.75"]["fp4_flop_fraction"] == pytest.approx(
+        rows["snip@0.75"]["fp4_flop_fraction"])  # held at the ILP's FP4 FLOPs
+    # another definition (other steps) in the same directory is still refused
+    assert main([*common[:4], "3", *common[5:]]) == 2
+    assert "holds another comparison" in capsys.readouterr().err
