@@ -78,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--oracle", action="store_true",
                    help="add oracle@r arms (knapsack on measured single-layer damage); re-run "
                         "a finished sweep with it to train only the oracle arms")
+    p.add_argument("--arm-major", action="store_true",
+                   help="train arm by arm, random draws last (snip compare --arm-major)")
     p.add_argument("--bases", default="", metavar="DIR",
                    help="directory of existing bases s<seed>/ (default: OUT/bases; trained "
                         "there when missing)")
@@ -95,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
                     "--steps", str(args.steps), "--orders", str(args.orders),
                     "--reference", args.high, "--gap", "low", "--candidates",
                     f"{args.high},{args.low}", "--eval-batches", str(args.eval_batches),
-                    "--threads", str(args.threads),
+                    "--threads", str(args.threads), *(["--arm-major"] if args.arm_major else []),
                     "--out", str(Path(args.out) / f"compare_{'_'.join(args.budgets)}"),
                     *(a for arm in arms(args) for a in ("--arm", arm))]
     return snip(argv_compare)

@@ -200,3 +200,19 @@ def test_oracle_arm_added_to_a_finished_sweep(base: Path, tmp_path: Path,
     # another definition (other steps) in the same directory is still refused
     assert main([*common[:4], "3", *common[5:]]) == 2
     assert "holds another comparison" in capsys.readouterr().err
+
+
+def test_arm_major_schedule_leaves_whole_arms(tmp_path: Path) -> None:
+    from snip.compare.sweep import schedule
+
+    arms = tuple(parse_arms(["bf16", "random@0.5x2", "snip@0.5"]))
+    sweep = Sweep(bases=("a", "b"), arms=arms, steps=1, orders=2, out=str(tmp_path))
+    unit_major = schedule(sweep)
+    assert [a.label for _, a in unit_major[:4]] == ["bf16", "random@0.5#0", "random@0.5#1",
+                                                    "snip@0.5"]
+    arm_major = schedule(sweep, arm_major=True)
+    assert sorted(map(repr, arm_major)) == sorted(map(repr, unit_major))  # same branches
+    labels = [a.label for _, a in arm_major]
+    assert labels == [x for x in ("bf16", "snip@0.5", "random@0.5#0", "random@0.5#1")
+                      for _ in range(4)]  # single arms first, every unit; then the draws
+    assert [u for u, _ in arm_major[:4]] == sweep.units

@@ -173,24 +173,34 @@ class Progress:
         self.echo(f"[{self.done}/{self.total}] {line}{eta}")
 
 
-def run_sweep(sweep: Sweep, echo: Callable[[str], None] = print) -> bool:
-    """Train every missing (unit, arm); True when all finished, False when interrupted."""
+def schedule(sweep: Sweep, arm_major: bool = False) -> list[tuple[tuple[int, int], Arm]]:
+    """The order branches train in: unit by unit (every arm of unit 0 first), or with
+    ``arm_major`` arm by arm -- single arms in definition order, then the draws of random
+    families -- so a sweep cut short leaves whole arms (every unit: fully paired) behind."""
+    if not arm_major:
+        return [(u, a) for u in sweep.units for a in sweep.arms]
+    arms = sorted(sweep.arms, key=lambda a: a.family is not None)
+    return [(u, a) for a in arms for u in sweep.units]
+
+
+def run_sweep(sweep: Sweep, echo: Callable[[str], None] = print, arm_major: bool = False) -> bool:
+    """Train every missing (unit, arm) in :func:`schedule` order; True when all finished,
+    False when interrupted."""
     infos = check_bases(sweep.bases)
     _write_definition(sweep)
     progress = Progress(total=len(sweep.units) * len(sweep.arms), echo=echo)
-    for unit in sweep.units:
-        for arm in sweep.arms:
-            run_dir = sweep.run_dir(unit, arm)
-            name = f"b{unit[0]} o{unit[1]} {arm.label}"
-            if (run_dir / RESULT_FILE).is_file():
-                progress.tick(f"{name}: done earlier", None)
-                continue
-            t0 = time.perf_counter()
-            result = _train_arm(sweep, infos[unit[0]], unit, arm)
-            if result is None:
-                return False
-            progress.tick(f"{name}: val loss {result['val_loss']:.4f} (high precision "
-                          f"{result['val_loss_hp']:.4f})", time.perf_counter() - t0)
+    for unit, arm in schedule(sweep, arm_major):
+        run_dir = sweep.run_dir(unit, arm)
+        name = f"b{unit[0]} o{unit[1]} {arm.label}"
+        if (run_dir / RESULT_FILE).is_file():
+            progress.tick(f"{name}: done earlier", None)
+            continue
+        t0 = time.perf_counter()
+        result = _train_arm(sweep, infos[unit[0]], unit, arm)
+        if result is None:
+            return False
+        progress.tick(f"{name}: val loss {result['val_loss']:.4f} (high precision "
+                      f"{result['val_loss_hp']:.4f})", time.perf_counter() - t0)
     return True
 
 
