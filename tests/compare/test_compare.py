@@ -216,3 +216,27 @@ def test_arm_major_schedule_leaves_whole_arms(tmp_path: Path) -> None:
     assert labels == [x for x in ("bf16", "snip@0.5", "random@0.5#0", "random@0.5#1")
                       for _ in range(4)]  # single arms first, every unit; then the draws
     assert [u for u, _ in arm_major[:4]] == sweep.units
+
+
+def test_branch_claims_let_several_workers_share_a_sweep(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from snip.compare.sweep import claim, release
+
+    run = tmp_path / "runs" / "b0_o0" / "bf16"
+    assert claim(run) and claim(run)  # this process: claimed (and re-claimable by itself)
+    assert (run / ".claim").read_text() == str(os.getpid())
+    child = subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; "
+                            "from snip.compare.sweep import claim; "
+                            f"sys.exit(0 if claim(Path({str(run)!r})) else 3)"],
+                           env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert child.returncode == 3  # another live process holds it
+    release(run)
+    assert not (run / ".claim").exists()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()
+    (run / ".claim").write_text(dead)  # a worker that died: its claim is taken over
+    assert claim(run) and (run / ".claim").read_text() == str(os.getpid())
+    release(run)

@@ -22,12 +22,18 @@ Everything lives under ``out``::
 
 An arm with a ``result.json`` is never trained again; one that was interrupted (Ctrl-C saves a
 checkpoint) is resumed; a sweep killed at any moment continues where it stopped.
+
+Several workers may run one sweep at once (``snip compare --resume OUT`` in another process):
+each branch is claimed first (``.claim`` in its run directory holds the worker's pid, created
+atomically; a claim whose process is gone is taken over), and a worker skips branches another
+live worker holds.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -38,7 +44,7 @@ from snip.compare.arms import Arm, Kind
 from snip.compare.stats import Paired, gap_closed, paired, percentile_among
 from snip.errors import UserError
 
-SWEEP_FILE, RESULT_FILE = "sweep.json", "result.json"
+SWEEP_FILE, RESULT_FILE, CLAIM_FILE = "sweep.json", "result.json", ".claim"
 METRICS = ("val_loss_hp", "val_loss")  # high precision first: the primary comparison
 
 
@@ -195,13 +201,64 @@ def run_sweep(sweep: Sweep, echo: Callable[[str], None] = print, arm_major: bool
         if (run_dir / RESULT_FILE).is_file():
             progress.tick(f"{name}: done earlier", None)
             continue
+        if not claim(run_dir):
+            progress.tick(f"{name}: another worker has it", None)
+            continue
         t0 = time.perf_counter()
-        result = _train_arm(sweep, infos[unit[0]], unit, arm)
+        try:
+            result = _train_arm(sweep, infos[unit[0]], unit, arm)
+        finally:
+            release(run_dir)
         if result is None:
             return False
         progress.tick(f"{name}: val loss {result['val_loss']:.4f} (high precision "
                       f"{result['val_loss_hp']:.4f})", time.perf_counter() - t0)
     return True
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def claim(run_dir: Path) -> bool:
+    """Claim a branch for this process; False when another live process holds it."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path, mine = run_dir / CLAIM_FILE, run_dir / f"{CLAIM_FILE}.{os.getpid()}"
+    mine.write_text(str(os.getpid()))
+    try:
+        for _ in range(2):
+            try:
+                os.link(mine, path)  # atomic: fails if a claim exists
+                return True
+            except FileExistsError:
+                try:
+                    pid = int(path.read_text())
+                except (OSError, ValueError):
+                    return False  # being written or removed right now: leave it
+                if pid == os.getpid():
+                    return True
+                if _alive(pid):
+                    return False
+                path.unlink(missing_ok=True)  # its worker is gone: take it over
+        return False
+    finally:
+        mine.unlink(missing_ok=True)
+
+
+def release(run_dir: Path) -> None:
+    """Drop this process's claim on a branch (no-op if it holds none)."""
+    path = run_dir / CLAIM_FILE
+    try:
+        if int(path.read_text()) == os.getpid():
+            path.unlink()
+    except (OSError, ValueError):
+        pass
 
 
 def _write_definition(sweep: Sweep) -> None:
