@@ -240,3 +240,24 @@ def test_branch_claims_let_several_workers_share_a_sweep(tmp_path: Path) -> None
     (run / ".claim").write_text(dead)  # a worker that died: its claim is taken over
     assert claim(run) and (run / ".claim").read_text() == str(os.getpid())
     release(run)
+
+
+def test_random_family_mean_uses_the_draws_finished_on_every_unit(tmp_path: Path) -> None:
+    from snip.compare import summarize
+
+    arms = tuple(parse_arms(["bf16", "random@0.5x3"]))
+    sweep = Sweep(bases=("a", "b"), arms=arms, steps=1, orders=2, out=str(tmp_path))
+    loss = {"bf16": 2.0, "random@0.5#0": 2.1, "random@0.5#1": 2.3, "random@0.5#2": 9.0}
+    for unit in sweep.units:
+        for arm in arms:
+            if arm.label == "random@0.5#2" and unit != (0, 0):
+                continue  # the third draw finished on one unit only
+            run = sweep.run_dir(unit, arm)
+            run.mkdir(parents=True)
+            (run / "result.json").write_text(json.dumps(
+                {"val_loss": loss[arm.label] + unit[1] / 10, "fp4_flop_fraction": 0.5,
+                 "val_loss_hp": loss[arm.label] + unit[1] / 10}))
+    rows = {r["arm"]: r for r in summarize(sweep).rows["val_loss_hp"]}
+    fam = rows["random@0.5 (mean of 2)"]
+    assert fam["n"] == 4 and fam["diff"] == pytest.approx(0.2)
+    assert rows["random@0.5#2"]["n"] == 1

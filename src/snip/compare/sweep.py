@@ -370,10 +370,14 @@ def summarize(sweep: Sweep, reference: str | None = None, gap: str | None = None
     for metric in METRICS:
         values = {a: {u: r[metric] for u, r in by_unit.items()} for a, by_unit in
                   results.items()}
-        for fam, members in families.items():  # the family mean, where every draw finished
-            units = set.intersection(*(set(values.get(m, {})) for m in members))
-            values[f"{fam} (mean of {len(members)})"] = {
-                u: sum(values[m][u] for m in members) / len(members) for u in units}
+        for fam, members in families.items():
+            # the family mean over the draws finished on every unit (a sweep cut short may
+            # hold only some draws); where none is, over all draws where every draw finished
+            done = [m for m in members if set(values.get(m, {})) >= set(sweep.units)]
+            used = done or members
+            units = set.intersection(*(set(values.get(m, {})) for m in used))
+            values[f"{fam} (mean of {len(used)})"] = {
+                u: sum(values[m][u] for m in used) / len(used) for u in units}
         s.stats[metric], s.rows[metric] = _table(values, reference, gap, families, results)
     return s
 
