@@ -14,7 +14,9 @@ Everything runs through the product's own path:
 The table (paired differences to the high arm, and SNIP's difference to each baseline with
 ``snip compare --summarize OUT/compare_<budgets> --reference snip@r``) lands in
 ``OUT/compare_<budgets>/compare.md``; ``compare.json`` there holds the raw per-unit numbers.
-Sweeps of different budgets share the bases and can run side by side.
+Sweeps of different budgets share the bases and can run side by side. Re-running the same
+command resumes a sweep (finished branches are kept); re-running it with more arms (``--oracle``)
+trains only the new ones.
 
     python benchmarks/snip_compare.py --model tiny --seeds 0 1 2 --orders 2 \\
         --low fp4_e2m1_tensor --out benchmarks/out/snip_compare
@@ -36,7 +38,7 @@ def base_checkpoints(args: argparse.Namespace) -> list[Path]:
     """One high-precision base per seed (reused when it exists)."""
     out = []
     for seed in args.seeds:
-        run = Path(args.out) / "bases" / f"s{seed}"
+        run = Path(args.bases or Path(args.out) / "bases") / f"s{seed}"
         ckpt = run / "checkpoints" / f"step_{args.base_steps:06d}"
         if not ckpt.is_dir():
             cfg = from_sources(overrides={
@@ -57,6 +59,8 @@ def arms(args: argparse.Namespace) -> list[str]:
         out += [f"snip@{r}", *(f"{m}@{r}" for m in args.baselines)]
         if args.random:
             out.append(f"random@{r}x{args.random}")
+    if args.oracle:  # last, so that adding it to a finished sweep keeps the other arms
+        out += [f"oracle@{r}" for r in args.budgets]
     return out
 
 
@@ -71,6 +75,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budgets", nargs="+", default=["0.75"])
     p.add_argument("--baselines", nargs="*", default=list(BASELINES))
     p.add_argument("--random", type=int, default=8, help="fixed random plans per budget")
+    p.add_argument("--oracle", action="store_true",
+                   help="add oracle@r arms (knapsack on measured single-layer damage); re-run "
+                        "a finished sweep with it to train only the oracle arms")
+    p.add_argument("--arm-major", action="store_true",
+                   help="train arm by arm, random draws last (snip compare --arm-major)")
+    p.add_argument("--bases", default="", metavar="DIR",
+                   help="directory of existing bases s<seed>/ (default: OUT/bases; trained "
+                        "there when missing)")
     p.add_argument("--high", default="bf16")
     p.add_argument("--low", default="fp4_e2m1_tensor")
     p.add_argument("--lr", type=float, default=3e-3)
@@ -85,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
                     "--steps", str(args.steps), "--orders", str(args.orders),
                     "--reference", args.high, "--gap", "low", "--candidates",
                     f"{args.high},{args.low}", "--eval-batches", str(args.eval_batches),
-                    "--threads", str(args.threads),
+                    "--threads", str(args.threads), *(["--arm-major"] if args.arm_major else []),
                     "--out", str(Path(args.out) / f"compare_{'_'.join(args.budgets)}"),
                     *(a for arm in arms(args) for a in ("--arm", arm))]
     return snip(argv_compare)

@@ -34,11 +34,15 @@ def test_arm_syntax(tmp_path: Path) -> None:
     assert [d.label for d in draws] == ["random@0.5#0", "random@0.5#1", "random@0.5#2"]
     assert {d.family for d in draws} == {"random@0.5"}
     assert [d.overrides()["precision.plan_seed"] for d in draws] == [0, 1, 2]
+    (a,) = parse_arm("oracle@0.75")
+    assert (a.label, a.kind, a.method) == ("oracle@0.75", Kind.ADAPTIVE, "oracle")
+    assert a.overrides()["precision.method"] == "oracle"
 
 
 @pytest.mark.parametrize("bad, message", [
     ("fp5", "not a preset"), ("snip@1.5", "in [0, 1]"), ("magic@0.5", "unknown method"),
     ("layer_type@0.5x3", "random@BUDGET only"), ("plan:/nonexistent.json", "not found"),
+    ("oracle@0.5x2", "random@BUDGET only"), ("oracle@2", "in [0, 1]"),
     ("a b=bf16", "label"), ("snip@", "expected"),
 ])
 def test_bad_arm_is_a_user_error(bad: str, message: str) -> None:
@@ -172,3 +176,88 @@ def test_compare_bad_input(base: Path, tmp_path: Path, capsys: pytest.CaptureFix
     assert main(["compare", "--base", str(base), "--base", str(other), "--arm", "bf16",
                  *common]) == 2
     assert "different shapes" in capsys.readouterr().err
+
+
+def test_oracle_arm_added_to_a_finished_sweep(base: Path, tmp_path: Path,
+                                              capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "cmp"
+    common = ["compare", "--base", str(base), "--steps", "2", "--eval-batches", "2",
+              "--candidates", "bf16,fp4_e2m1_tensor", "--out", str(out), "--threads", "1",
+              "--arm", "bf16", "--arm", "snip@0.75"]
+    assert main(common) == 0
+    capsys.readouterr()
+    # the same definition with one more arm: finished arms stay, only the oracle trains
+    assert main([*common, "--arm", "oracle@0.75"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("done earlier") == 2 and "oracle@0.75: val loss" in printed
+    run = out / "runs" / "b0_o0" / "oracle@0.75"
+    damage = json.loads((run / "sensitivity" / "step_12_damage.json").read_text())
+    assert damage["low"] == "fp4_e2m1_tensor" and len(damage["values"]) > 1
+    rows = {r["arm"]: r for r in json.loads((out / "compare.json").read_text())["rows"]["val_loss"]}
+    assert rows["oracle@0.75"]["n"] == 1
+    assert rows["oracle@0.75"]["fp4_flop_fraction"] == pytest.approx(
+        rows["snip@0.75"]["fp4_flop_fraction"])  # held at the ILP's FP4 FLOPs
+    # another definition (other steps) in the same directory is still refused
+    assert main([*common[:4], "3", *common[5:]]) == 2
+    assert "holds another comparison" in capsys.readouterr().err
+
+
+def test_arm_major_schedule_leaves_whole_arms(tmp_path: Path) -> None:
+    from snip.compare.sweep import schedule
+
+    arms = tuple(parse_arms(["bf16", "random@0.5x2", "snip@0.5"]))
+    sweep = Sweep(bases=("a", "b"), arms=arms, steps=1, orders=2, out=str(tmp_path))
+    unit_major = schedule(sweep)
+    assert [a.label for _, a in unit_major[:4]] == ["bf16", "random@0.5#0", "random@0.5#1",
+                                                    "snip@0.5"]
+    arm_major = schedule(sweep, arm_major=True)
+    assert sorted(map(repr, arm_major)) == sorted(map(repr, unit_major))  # same branches
+    labels = [a.label for _, a in arm_major]
+    assert labels == [x for x in ("bf16", "snip@0.5", "random@0.5#0", "random@0.5#1")
+                      for _ in range(4)]  # single arms first, every unit; then the draws
+    assert [u for u, _ in arm_major[:4]] == sweep.units
+
+
+def test_branch_claims_let_several_workers_share_a_sweep(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from snip.compare.sweep import claim, release
+
+    run = tmp_path / "runs" / "b0_o0" / "bf16"
+    assert claim(run) and claim(run)  # this process: claimed (and re-claimable by itself)
+    assert (run / ".claim").read_text() == str(os.getpid())
+    child = subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; "
+                            "from snip.compare.sweep import claim; "
+                            f"sys.exit(0 if claim(Path({str(run)!r})) else 3)"],
+                           env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert child.returncode == 3  # another live process holds it
+    release(run)
+    assert not (run / ".claim").exists()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()
+    (run / ".claim").write_text(dead)  # a worker that died: its claim is taken over
+    assert claim(run) and (run / ".claim").read_text() == str(os.getpid())
+    release(run)
+
+
+def test_random_family_mean_uses_the_draws_finished_on_every_unit(tmp_path: Path) -> None:
+    from snip.compare import summarize
+
+    arms = tuple(parse_arms(["bf16", "random@0.5x3"]))
+    sweep = Sweep(bases=("a", "b"), arms=arms, steps=1, orders=2, out=str(tmp_path))
+    loss = {"bf16": 2.0, "random@0.5#0": 2.1, "random@0.5#1": 2.3, "random@0.5#2": 9.0}
+    for unit in sweep.units:
+        for arm in arms:
+            if arm.label == "random@0.5#2" and unit != (0, 0):
+                continue  # the third draw finished on one unit only
+            run = sweep.run_dir(unit, arm)
+            run.mkdir(parents=True)
+            (run / "result.json").write_text(json.dumps(
+                {"val_loss": loss[arm.label] + unit[1] / 10, "fp4_flop_fraction": 0.5,
+                 "val_loss_hp": loss[arm.label] + unit[1] / 10}))
+    rows = {r["arm"]: r for r in summarize(sweep).rows["val_loss_hp"]}
+    fam = rows["random@0.5 (mean of 2)"]
+    assert fam["n"] == 4 and fam["diff"] == pytest.approx(0.2)
+    assert rows["random@0.5#2"]["n"] == 1

@@ -203,3 +203,81 @@ def test_hugging_face_model_measures_and_plans() -> None:
     plan = Controller(budget=0.5, every=1, warmup=1).on_step_end(1, model, opt, hf_batch)
     assert plan is not None and plan.meta["achieved"]["fp4_flop_fraction"] >= 0.5
     assert any("q_proj" in n for n in plan.layers)
+
+
+# -- the oracle arm: measured single-layer damage --------------------------------------------
+
+ORACLE_PAIR = ("bf16", "fp4_e2m1_tensor")
+
+
+def _tiny_converted():
+    from snip.nn import convert
+
+    m, _ = _tiny()
+    convert(m, ORACLE_PAIR[0])
+    return m, torch.optim.AdamW(m.parameters(), lr=3e-3)
+
+
+def test_oracle_plan_is_the_knapsack_on_the_cycles_measured_damage(tmp_path) -> None:
+    from snip.planner import Damage, solve
+    from snip.planner.controller import oracle_damage
+    from snip.sensitivity import SensitivityTable
+
+    m, opt = _tiny_converted()
+    ctl = Controller(budget=0.5, every=2, warmup=1, method="oracle", candidates=ORACLE_PAIR,
+                     calib_batches=2, out_dir=tmp_path)
+    plans = _train(m, opt, 3, ctl, batch_fn)
+    assert list(plans) == [1, 3]
+    damage = Damage.from_dict(json.loads((tmp_path / "step_3_damage.json").read_text()))
+    layers = SensitivityTable.from_json(tmp_path / "step_3.json").names
+    assert sorted(damage.values) == sorted(layers) and damage.low == ORACLE_PAIR[1]
+    assert any(v != 0 for v in damage.values.values())
+    # the same knapsack, solved as `snip plan --method oracle --damage` does, on the same table
+    table = SensitivityTable.from_json(tmp_path / "step_3.json")
+    again = solve(table, 0.5, method="oracle", candidates=ORACLE_PAIR, damage=damage)
+    assert plans[3].layers == again.layers
+    ilp = solve(table, 0.5, candidates=ORACLE_PAIR)
+    assert plans[3].meta["achieved"]["fp4_flop_fraction"] == pytest.approx(
+        ilp.meta["achieved"]["fp4_flop_fraction"])  # held at the ILP's FP4 FLOPs
+    # the damage is the loss of each single-layer plan minus the all-high loss, on cycle 2's
+    # batches (offset 2), deterministic, and the model's formats and counters are restored
+    before = {n: (q.specs, q.step) for n, q in _qlinears(m)}
+    d1 = oracle_damage(m, batch_fn, layers, high=ORACLE_PAIR[0], low=ORACLE_PAIR[1],
+                       batch_offset=2, batches=2)
+    assert {n: (q.specs, q.step) for n, q in _qlinears(m)} == before
+    d2 = oracle_damage(m, batch_fn, layers, high=ORACLE_PAIR[0], low=ORACLE_PAIR[1],
+                       batch_offset=2, batches=2)
+    assert d1.to_dict() == d2.to_dict()
+    name = layers[0]
+    from snip.planner.oracle import single_unit_plan
+    from snip.sensitivity.loss import default_loss
+
+    def loss(plan) -> float:
+        plan.apply(m)
+        with torch.no_grad():
+            return sum(float(default_loss(m, batch_fn(2 + i))) for i in range(2)) / 2
+
+    m.eval()
+    high = loss(single_unit_plan(layers, *ORACLE_PAIR, None))
+    one = loss(single_unit_plan(layers, *ORACLE_PAIR, (name, ("fprop", "dgrad", "wgrad"))))
+    for n, q in _qlinears(m):
+        q.set_specs(before[n][0])
+    m.train()
+    assert d1.values[name] == pytest.approx(one - high, abs=1e-6)
+
+
+def _qlinears(m):
+    from snip.nn import qlinear_layers
+
+    return qlinear_layers(m)
+
+
+def test_oracle_bad_input() -> None:
+    with pytest.raises(ValueError, match="per layer"):
+        Controller(method="oracle", per_gemm=True, candidates=ORACLE_PAIR)
+    with pytest.raises(ValueError, match="exactly two candidates"):
+        Controller(method="oracle", candidates=("bf16", "fp8_e4m3_tile128", "fp4_e2m1_tensor"))
+    m, opt = _tiny()  # not converted: the oracle cannot switch its layers
+    ctl = Controller(budget=0.5, every=2, warmup=1, method="oracle", candidates=ORACLE_PAIR)
+    with pytest.raises(ValueError, match="not a converted"):
+        _train(m, opt, 1, ctl, batch_fn)

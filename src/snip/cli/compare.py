@@ -43,6 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
            "(default: the planner's, fp8_e4m3_tile128,fp4_e2m1_tile128)")
     a("--out", default="runs/compare", metavar="DIR", help="output directory")
     a("--threads", type=int, default=0, help="torch CPU threads (0: the trainer's default)")
+    a("--arm-major", action="store_true",
+      help="train arm by arm (every unit of an arm, random draws last) instead of unit by "
+           "unit, so a sweep cut short leaves whole arms")
     a("--resume", metavar="DIR", help="continue the comparison in DIR (its sweep.json)")
     a("--summarize", metavar="DIR",
       help="recompute the table and report of DIR from its finished arms, without training")
@@ -65,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
                       orders=args.orders, reference=args.reference or "", gap=args.gap,
                       eval_batches=args.eval_batches, candidates=args.candidates,
                       out=args.out, threads=args.threads)
-    finished = True if args.summarize else run_sweep(sweep)
+    finished = True if args.summarize else run_sweep(sweep, arm_major=args.arm_major)
     md, js, report = _write(sweep, args.reference or None, args.gap or None)
     print(md.read_text())
     print(f"wrote {md}, {js}" + (f" and {report}" if report else ""))

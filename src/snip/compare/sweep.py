@@ -22,12 +22,18 @@ Everything lives under ``out``::
 
 An arm with a ``result.json`` is never trained again; one that was interrupted (Ctrl-C saves a
 checkpoint) is resumed; a sweep killed at any moment continues where it stopped.
+
+Several workers may run one sweep at once (``snip compare --resume OUT`` in another process):
+each branch is claimed first (``.claim`` in its run directory holds the worker's pid, created
+atomically; a claim whose process is gone is taken over), and a worker skips branches another
+live worker holds.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -38,7 +44,7 @@ from snip.compare.arms import Arm, Kind
 from snip.compare.stats import Paired, gap_closed, paired, percentile_among
 from snip.errors import UserError
 
-SWEEP_FILE, RESULT_FILE = "sweep.json", "result.json"
+SWEEP_FILE, RESULT_FILE, CLAIM_FILE = "sweep.json", "result.json", ".claim"
 METRICS = ("val_loss_hp", "val_loss")  # high precision first: the primary comparison
 
 
@@ -173,40 +179,111 @@ class Progress:
         self.echo(f"[{self.done}/{self.total}] {line}{eta}")
 
 
-def run_sweep(sweep: Sweep, echo: Callable[[str], None] = print) -> bool:
-    """Train every missing (unit, arm); True when all finished, False when interrupted."""
+def schedule(sweep: Sweep, arm_major: bool = False) -> list[tuple[tuple[int, int], Arm]]:
+    """The order branches train in: unit by unit (every arm of unit 0 first), or with
+    ``arm_major`` arm by arm -- single arms in definition order, then the draws of random
+    families -- so a sweep cut short leaves whole arms (every unit: fully paired) behind."""
+    if not arm_major:
+        return [(u, a) for u in sweep.units for a in sweep.arms]
+    arms = sorted(sweep.arms, key=lambda a: a.family is not None)
+    return [(u, a) for a in arms for u in sweep.units]
+
+
+def run_sweep(sweep: Sweep, echo: Callable[[str], None] = print, arm_major: bool = False) -> bool:
+    """Train every missing (unit, arm) in :func:`schedule` order; True when all finished,
+    False when interrupted."""
     infos = check_bases(sweep.bases)
     _write_definition(sweep)
     progress = Progress(total=len(sweep.units) * len(sweep.arms), echo=echo)
-    for unit in sweep.units:
-        for arm in sweep.arms:
-            run_dir = sweep.run_dir(unit, arm)
-            name = f"b{unit[0]} o{unit[1]} {arm.label}"
-            if (run_dir / RESULT_FILE).is_file():
-                progress.tick(f"{name}: done earlier", None)
-                continue
-            t0 = time.perf_counter()
+    for unit, arm in schedule(sweep, arm_major):
+        run_dir = sweep.run_dir(unit, arm)
+        name = f"b{unit[0]} o{unit[1]} {arm.label}"
+        if (run_dir / RESULT_FILE).is_file():
+            progress.tick(f"{name}: done earlier", None)
+            continue
+        if not claim(run_dir):
+            progress.tick(f"{name}: another worker has it", None)
+            continue
+        t0 = time.perf_counter()
+        try:
             result = _train_arm(sweep, infos[unit[0]], unit, arm)
-            if result is None:
-                return False
-            progress.tick(f"{name}: val loss {result['val_loss']:.4f} (high precision "
-                          f"{result['val_loss_hp']:.4f})", time.perf_counter() - t0)
+        finally:
+            release(run_dir)
+        if result is None:
+            return False
+        progress.tick(f"{name}: val loss {result['val_loss']:.4f} (high precision "
+                      f"{result['val_loss_hp']:.4f})", time.perf_counter() - t0)
     return True
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def claim(run_dir: Path) -> bool:
+    """Claim a branch for this process; False when another live process holds it."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path, mine = run_dir / CLAIM_FILE, run_dir / f"{CLAIM_FILE}.{os.getpid()}"
+    mine.write_text(str(os.getpid()))
+    try:
+        for _ in range(2):
+            try:
+                os.link(mine, path)  # atomic: fails if a claim exists
+                return True
+            except FileExistsError:
+                try:
+                    pid = int(path.read_text())
+                except (OSError, ValueError):
+                    return False  # being written or removed right now: leave it
+                if pid == os.getpid():
+                    return True
+                if _alive(pid):
+                    return False
+                path.unlink(missing_ok=True)  # its worker is gone: take it over
+        return False
+    finally:
+        mine.unlink(missing_ok=True)
+
+
+def release(run_dir: Path) -> None:
+    """Drop this process's claim on a branch (no-op if it holds none)."""
+    path = run_dir / CLAIM_FILE
+    try:
+        if int(path.read_text()) == os.getpid():
+            path.unlink()
+    except (OSError, ValueError):
+        pass
 
 
 def _write_definition(sweep: Sweep) -> None:
     out = Path(sweep.out)
     path, text = out / SWEEP_FILE, json.dumps(sweep.to_dict(), indent=1) + "\n"
     if path.is_file():
-        if json.loads(path.read_text()) != sweep.to_dict():
+        old = json.loads(path.read_text())
+        if old == sweep.to_dict():
+            return
+        if not extends(old, sweep.to_dict()):
             raise UserError(f"{out} holds another comparison (its {SWEEP_FILE} differs); "
-                            f"continue it with snip compare --resume {out}, or choose another "
-                            "--out")
-        return
+                            f"continue it with snip compare --resume {out}, add arms by "
+                            "repeating its definition with more --arm, or choose another --out")
     out.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(text)
     tmp.replace(path)
+
+
+def extends(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    """Whether definition ``new`` is ``old`` with more arms (same bases, steps, orders, ...;
+    every old arm unchanged and first): its finished branches stay valid, the new arms train."""
+    same = all(old.get(k) == new.get(k) for k in set(old) | set(new) if k != "arms")
+    n = len(old["arms"])
+    return same and len(new["arms"]) > n and new["arms"][:n] == old["arms"]
 
 
 def _train_arm(sweep: Sweep, base: BaseInfo, unit: tuple[int, int],
@@ -293,10 +370,14 @@ def summarize(sweep: Sweep, reference: str | None = None, gap: str | None = None
     for metric in METRICS:
         values = {a: {u: r[metric] for u, r in by_unit.items()} for a, by_unit in
                   results.items()}
-        for fam, members in families.items():  # the family mean, where every draw finished
-            units = set.intersection(*(set(values.get(m, {})) for m in members))
-            values[f"{fam} (mean of {len(members)})"] = {
-                u: sum(values[m][u] for m in members) / len(members) for u in units}
+        for fam, members in families.items():
+            # the family mean over the draws finished on every unit (a sweep cut short may
+            # hold only some draws); where none is, over all draws where every draw finished
+            done = [m for m in members if set(values.get(m, {})) >= set(sweep.units)]
+            used = done or members
+            units = set.intersection(*(set(values.get(m, {})) for m in used))
+            values[f"{fam} (mean of {len(used)})"] = {
+                u: sum(values[m][u] for m in used) / len(used) for u in units}
         s.stats[metric], s.rows[metric] = _table(values, reference, gap, families, results)
     return s
 

@@ -26,6 +26,15 @@ training steps, whatever their precision), or ``step_seconds`` if the trainer se
 any interval is known (a cycle at step 1) it is the cycle's own clean forward+backward scaled
 to the full batch (``step_seconds_source`` says which).
 
+**Oracle** (``method="oracle"``, :func:`oracle_damage`).  The same cycle also *measures* each
+layer's damage -- the forward loss on the cycle's calibration batches (all their rows) with that
+layer alone in the low candidate, minus the all-high loss, every ``QLinear`` step counter reset
+before each evaluation so all of them round alike -- and solves the ILP's knapsack on it at
+exactly the ILP's FP4 FLOPs (:func:`snip.planner.solve` with ``damage=``), as ``snip plan
+--method oracle --damage`` does.  One evaluation per layer plus one; per layer only (a forward
+loss cannot see a dgrad or wgrad format), two candidates only.  Saved as
+``out_dir/step_<N>_damage.json``; its seconds count as statistics time.
+
 **Any model.**  ``loss_fn(model, batch) -> loss`` (default
 :func:`snip.sensitivity.loss.default_loss`: snip models and Hugging Face causal LMs).
 """
@@ -49,6 +58,7 @@ from torch import nn
 from snip.errors import UserError
 from snip.plan import PrecisionPlan
 from snip.planner.baselines import Method
+from snip.planner.oracle import Damage, measure_damage
 from snip.planner.problem import DEFAULT_CANDIDATES, Budget
 from snip.planner.solve import solve
 from snip.sensitivity import (
@@ -60,7 +70,7 @@ from snip.sensitivity import (
     blend,
     measure,
 )
-from snip.sensitivity.loss import Batch, LossFn
+from snip.sensitivity.loss import Batch, LossFn, batch_to, default_loss
 
 log = logging.getLogger("snip.planner")
 
@@ -104,10 +114,12 @@ class Planned:
 
 
 def plan_from_table(table: SensitivityTable, budget: Budget, *, method: Method,
-                    per_gemm: bool, candidates: Sequence[str], seed: int) -> Planned:
-    """The one call into :mod:`snip.planner.solve` (kept apart so its return type can change)."""
+                    per_gemm: bool, candidates: Sequence[str], seed: int,
+                    damage: Damage | None = None) -> Planned:
+    """The one call into :mod:`snip.planner.solve` (kept apart so its return type can change);
+    ``damage`` is the oracle's measured damage (:func:`oracle_damage`)."""
     plan = solve(table, budget, method=method, per_gemm=per_gemm, candidates=candidates,
-                 seed=seed)
+                 seed=seed, damage=damage)
     return Planned(plan=plan, fp4_flop_fraction=plan.meta["achieved"]["fp4_flop_fraction"],
                    objective=plan.meta["objective"])
 
@@ -169,6 +181,7 @@ class Controller:
         except ValueError as e:
             raise UserError(f"precision: {e}".replace("micro_batches", "calib_batches")
                              .replace("rows=", "calib_rows=")) from None
+        self._check_oracle()
 
     def due(self, step: int) -> bool:
         return step >= self.warmup and (step - self.warmup) % self.every == 0
@@ -188,11 +201,13 @@ class Controller:
         t0 = time.perf_counter()
         table = measure(model, batch_fn, optimizer=optimizer, config=self._config(step),
                         step=step, batch_offset=offset, loss_fn=self.loss_fn)
+        damage = self._oracle_cycle(step, model, batch_fn, table, offset)
         t1 = time.perf_counter()
         self.ema = blend(self.ema, table, self.ema_decay)
         planned = plan_from_table(self.ema, self.budget, method=self.method,
                                   per_gemm=self.per_gemm, candidates=self.candidates,
-                                  seed=self.seed if self.plan_seed is None else self.plan_seed)
+                                  seed=self.seed if self.plan_seed is None else self.plan_seed,
+                                  damage=damage)
         t2 = time.perf_counter()
         step_s, source = self._step_time(table)
         cycle = Cycle(step=step, stats_seconds=t1 - t0, solve_seconds=t2 - t1,
@@ -210,6 +225,34 @@ class Controller:
         self._last_time = self._prev_call = time.perf_counter()
         self._since_cycle = True  # the next interval includes applying the plan: skip it
         return plan
+
+    # -- the oracle arm (method="oracle"; module docstring) --------------------------------------
+
+    def _check_oracle(self) -> None:
+        if self.method is not Method.ORACLE:
+            return
+        if self.per_gemm:
+            raise UserError("precision.method=oracle measures the forward loss, which cannot "
+                            "see dgrad/wgrad formats; plan per layer (precision.per_gemm=false)")
+        if len(self.candidates) != 2:
+            raise UserError(f"precision.method=oracle needs exactly two candidates (high, low), "
+                            f"got {len(self.candidates)}: {', '.join(self.candidates)}")
+
+    def _oracle_cycle(self, step: int, model: nn.Module, batch_fn: BatchFn,
+                      table: SensitivityTable, offset: int) -> Damage | None:
+        """This cycle's measured damage (None unless the method is the oracle)."""
+        if self.method is not Method.ORACLE:
+            return None
+        high, low = self.candidates
+        damage = oracle_damage(model, batch_fn, table.names, high=high, low=low,
+                               batch_offset=offset, batches=self.calib_batches,
+                               loss_fn=self.loss_fn)
+        if self.out_dir is not None:
+            out = Path(self.out_dir)
+            out.mkdir(parents=True, exist_ok=True)
+            (out / f"step_{step}_damage.json").write_text(
+                json.dumps(damage.to_dict(), indent=1) + "\n")
+        return damage
 
     def _step_time(self, table: SensitivityTable) -> tuple[float, str]:
         if self.step_seconds is not None:
@@ -260,3 +303,45 @@ class Controller:
         self.history = [Cycle(**c) for c in state.get("history", [])]
         ema = state.get("ema")
         self.ema = None if ema is None else SensitivityTable.from_dict(ema)
+
+
+def oracle_damage(model: nn.Module, batch_fn: BatchFn, layers: Sequence[str], *, high: str,
+                  low: str, batch_offset: int = 0, batches: int = 1,
+                  loss_fn: LossFn | None = None) -> Damage:
+    """Measured single-layer damage of a converted model (:func:`snip.planner.measure_damage`).
+
+    The loss is the mean forward loss (no gradients, eval mode) over ``batch_fn(batch_offset +
+    i)``, ``i < batches``, with every row; before each evaluation every ``QLinear`` step counter
+    is reset, so stochastic rounding (if any) draws the same numbers in every evaluation and
+    the result is a deterministic function of the model and the batches.  Formats, step
+    counters and the train/eval mode are restored afterwards.
+    """
+    from snip.nn import qlinear_layers
+
+    converted = dict(qlinear_layers(model))
+    missing = [n for n in layers if n not in converted]
+    if missing:
+        raise UserError(f"the oracle switches layers to {low}: {missing[0]!r} is not a "
+                        "converted (QLinear) layer; snip.convert the model first")
+    if batches < 1:
+        raise UserError(f"the oracle needs at least one calibration batch, got {batches}")
+    device = next(model.parameters()).device
+    data = [batch_to(batch_fn(batch_offset + i), device) for i in range(batches)]
+    loss = loss_fn or default_loss
+    saved = {n: (m.specs, m.step) for n, m in converted.items()}
+    training = model.training
+
+    def loss_of(plan: PrecisionPlan) -> float:
+        for n, m in converted.items():
+            m.step = saved[n][1]
+        plan.apply(model)
+        with torch.no_grad():
+            return sum(float(loss(model, b)) for b in data) / len(data)
+
+    model.eval()
+    try:
+        return measure_damage(layers, loss_of, high=high, low=low, per_gemm=False)
+    finally:
+        model.train(training)
+        for n, m in converted.items():
+            m.specs, m.step = saved[n]

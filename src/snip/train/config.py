@@ -174,7 +174,8 @@ class PrecisionSection:
                           "run or branch (-1: precision.every for a fresh run, 0 for a branch "
                           "made with --init-from)")
     method: str = opt("ilp", "adaptive: how the plan is chosen: ilp (SNIP) or a baseline at the "
-                             "same budget (uniform, layer_id, layer_type, min_rel_err, random)")
+                             "same budget (uniform, layer_id, layer_type, min_rel_err, random, "
+                             "oracle)")
     per_gemm: bool = opt(False, "adaptive: choose the format of each GEMM (fprop, dgrad, wgrad) "
                                 "separately instead of one per layer")
     candidates: str = opt("", "adaptive: comma-separated candidate presets, high precision "
