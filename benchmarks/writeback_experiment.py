@@ -177,6 +177,19 @@ def forecast_fields(trace, fmt: str, res: dict) -> dict:
                                   "frozen": _rounded(by_type(per, numel))}}
 
 
+def plot_forecast(rne_json: Path, png: Path) -> dict:
+    """The per-tensor-type forecast figure of one rne arm's result file; returns the crossings
+    (predicted, measured) per panel."""
+    from snip.audit import plot_frozen_by_type
+
+    res = json.loads(rne_json.read_text())
+    p, m = res["projected_by_type"], res["measured_by_type"]
+    title = (f"{res['format']} storage, round to nearest, seed {res['seed']}: frozen fraction "
+             "predicted from the fp32 trace (dashed) vs measured (solid)")
+    return plot_frozen_by_type((p["steps"], p["frozen"]), (m["steps"], m["frozen"]), png,
+                               title=title)
+
+
 def save(name: str, res: dict) -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / f"{name}.json").write_text(json.dumps(res, indent=1))
@@ -392,8 +405,25 @@ def main() -> None:
                     help="mask tile size in coordinates (default 0: the model width, d_model)")
     ap.add_argument("--matched-draws", type=int, default=Setup.matched_draws,
                     help="composition-matched random masks per seed (arm mask_matched)")
+    ap.add_argument("--summarize", action="store_true",
+                    help="only rebuild table.md and summary.json from the JSON files in --out")
+    ap.add_argument("--plot-forecast", metavar="RNE_JSON",
+                    help="only plot an rne arm's predicted vs measured frozen fraction per tensor "
+                         "type (its projected_by_type / measured_by_type) to --png")
+    ap.add_argument("--png", help="output of --plot-forecast")
     args = ap.parse_args()
     OUT, FORMATS, ARMS = Path(args.out), tuple(args.formats), tuple(args.arms)
+    if args.plot_forecast:
+        print(plot_forecast(Path(args.plot_forecast), Path(args.png)))
+        return
+    if args.summarize:
+        results = {f.stem: json.loads(f.read_text()) for f in sorted(OUT.glob("*.json"))
+                   if f.stem not in ("setup", "summary")}
+        table, summary = summarize(results, args.seeds)
+        (OUT / "table.md").write_text(table + "\n")
+        (OUT / "summary.json").write_text(json.dumps(summary, indent=1))
+        print(table)
+        return
     t_start = time.perf_counter()
     base = Setup(threads=args.threads)
     if args.steps:

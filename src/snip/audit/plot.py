@@ -28,10 +28,11 @@ def _crossing(steps: Sequence[int], values: Sequence[float]) -> int | None:
 
 
 def plot_frozen_by_type(predicted: Curves, measured: Curves | None, path: str | Path, *,
-                        title: str, cols: int = 4) -> Path:
+                        title: str, cols: int = 4) -> dict[str, tuple[int | None, int | None]]:
     """One panel per key of ``predicted[1]`` (the :data:`~snip.audit.forecast.ALL` panel first
-    when present): predicted dashed, measured solid, first-majority crossings ticked.  Returns
-    ``path``."""
+    when present): predicted dashed, measured solid, first-majority crossings ticked; saved as
+    the PNG ``path``.  Returns each panel's (predicted, measured) crossing step (None: never,
+    or not measured)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -43,8 +44,10 @@ def plot_frozen_by_type(predicted: Curves, measured: Curves | None, path: str | 
     rows = math.ceil(len(keys) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols, 2.5 * rows), squeeze=False,
                              sharex=True, sharey=True)
+    crossings: dict[str, tuple[int | None, int | None]] = {}
     for ax, key in zip(axes.flat, keys, strict=False):
         tp = _crossing(steps_p, pred[key])
+        tm = None
         ax.plot(steps_p, np.asarray(pred[key]), "--", color="C0", label="predicted (fp32 trace)")
         parts = [f"forecast {tp if tp is not None else 'never'}"]
         if measured is not None and key in measured[1]:
@@ -57,6 +60,7 @@ def plot_frozen_by_type(predicted: Curves, measured: Curves | None, path: str | 
             parts.append(f"measured {tm if tm is not None else 'never'}")
         if tp is not None:
             ax.axvline(tp, color="C0", linewidth=0.8, linestyle="--")
+        crossings[key] = (tp, tm)
         ax.axhline(0.5, color="grey", linewidth=0.5)
         ax.set_ylim(-0.02, 1.02)
         ax.set_title(f"{key}\nmajority: {', '.join(parts)}", fontsize=8)
@@ -69,7 +73,6 @@ def plot_frozen_by_type(predicted: Curves, measured: Curves | None, path: str | 
     axes.flat[0].legend(fontsize=6, loc="lower right")
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=80)
+    fig.savefig(Path(path), dpi=80)
     plt.close(fig)
-    return path
+    return crossings
