@@ -287,7 +287,8 @@ def control_distribution(draws: dict[int, list[float]],
 
 PAIRS = (("mask_ref", "mask_target"), ("mask_ref", "mask_matched"), ("mask_target", "mask_matched"),
          ("mask_ref", "mask_random"), ("mask_ref", "mask_layers"), ("mask_ref", "mask_freeze"),
-         ("eco", "eco_rne"), ("eco", "stochastic"))
+         ("eco", "eco_rne"), ("eco", "stochastic"), ("stochastic", "master"), ("eco", "master"),
+         ("eco_rne", "stochastic"))
 
 
 def summarize(results: dict, seeds: list[int]) -> tuple[str, dict]:

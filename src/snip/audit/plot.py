@@ -28,7 +28,7 @@ def _crossing(steps: Sequence[int], values: Sequence[float]) -> int | None:
 
 
 def plot_frozen_by_type(predicted: Curves, measured: Curves | None, path: str | Path, *,
-                        title: str, cols: int = 4) -> dict[str, tuple[int | None, int | None]]:
+                        title: str, cols: int = 3) -> dict[str, tuple[int | None, int | None]]:
     """One panel per key of ``predicted[1]`` (the :data:`~snip.audit.forecast.ALL` panel first
     when present): predicted dashed, measured solid, first-majority crossings ticked; saved as
     the PNG ``path``.  Returns each panel's (predicted, measured) crossing step (None: never,
