@@ -28,12 +28,17 @@ def test_by_type_is_numel_weighted():
 def test_plot_frozen_by_type_marks_crossings(tmp_path):
     pytest.importorskip("matplotlib")
     steps = np.arange(0, 100, 5)
-    ramp = np.clip((steps - 40) / 40, 0, 1)  # > 1/2 first at step 65
-    pred = (steps, {ALL: ramp, "wq": ramp, "w1": np.zeros_like(ramp)})
-    meas = (steps, {ALL: np.clip((steps - 45) / 40, 0, 1), "wq": ramp})  # ALL crosses at 70
+    ramp = np.clip((steps - 40) / 40, 0, 1)  # > 1/2 first (and for good) at step 65
+    spiky = ramp.copy()
+    spiky[1] = 0.9  # a warm-up transient above 1/2 at step 5
+    pred = (steps, {ALL: spiky, "wq": ramp, "w1": np.zeros_like(ramp)})
+    meas = (steps, {ALL: np.clip((steps - 45) / 40, 0, 1), "wq": ramp})  # ALL: 70
     path = tmp_path / "f.png"
     crossings = plot_frozen_by_type(pred, meas, path, title="synthetic")
-    assert crossings == {ALL: (65, 70), "wq": (65, 65), "w1": (None, None)}
+    assert crossings == {ALL: {"first": (5, 70), "permanent": (65, 70)},
+                         "wq": {"first": (65, 65), "permanent": (65, 65)},
+                         "w1": {"first": (None, None), "permanent": (None, None)}}
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 5000
-    # predicted only (no measured run): one panel per type, measured crossings None
-    assert plot_frozen_by_type(pred, None, tmp_path / "g.png", title="p")[ALL] == (65, None)
+    # predicted only (no measured run): measured crossings None
+    only = plot_frozen_by_type(pred, None, tmp_path / "g.png", title="p")
+    assert only[ALL] == {"first": (5, None), "permanent": (65, None)}
