@@ -12,9 +12,10 @@ from snip.cli import main
 def test_snip_audit_records_plots_and_masks(tmp_path, capsys):
     pytest.importorskip("snip.models")
     pytest.importorskip("snip.data")
-    out, mask = tmp_path / "audit", tmp_path / "mask.json"
+    out = tmp_path / "audit"
+    mask = out / "mask.json"
     rc = main(["audit", "--out", str(out), "--steps", "4", "--batch", "2", "--seq-len", "16",
-               "--formats", "e4m3", "--tile-size", "64", "--mask-out", str(mask),
+               "--formats", "e4m3", "--tile-size", "64", "--mask-out", "mask.json",
                "--threads", "1"])
     assert rc == 0
     summary = json.loads((out / "summary.json").read_text())
@@ -32,7 +33,15 @@ def test_snip_audit_records_plots_and_masks(tmp_path, capsys):
     assert f"majority frozen from step {fc['measured']} (forecast: step {fc['predicted']})" in line
     assert f"validation loss fp32 {val['fp32']:.2f} vs e4m3 {val['e4m3']:.2f}" in line
     assert "% of weights never moved" in line
+    # every output, the mask included, is under --out, and the last line names each file
     assert text[-1].startswith("wrote ") and str(mask) in text[-1]
+    files = {p for p in out.iterdir() if p.is_file()}
+    assert files == {out / "summary.json", out / "trace.npz", out / "frozen_e4m3.png", mask}
+    for f in files:
+        assert str(f) in text[-1]
+    assert f"{out / 'reference'}/" in text[-1] and f"{out / 'measured_e4m3'}/" in text[-1]
+    assert {p for p in tmp_path.iterdir()} == {out}  # nothing outside --out
+    assert summary["mask"]["path"] == str(mask)
     # the runs behind it are ordinary run directories of the trainer
     assert (out / "reference" / "metrics.jsonl").is_file()
     assert (out / "measured_e4m3" / "config.toml").is_file()
@@ -47,6 +56,15 @@ def test_snip_audit_bad_trace_is_a_user_error(tmp_path, capsys):
     assert main(["audit", "--trace", str(tmp_path / "nope.npz"), "--out", str(out)]) == 2
     assert not out.exists()  # a bad input writes nothing
     assert "does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["sub/mask.json", "/tmp/mask.json", "..", "./m.json"])
+def test_snip_audit_mask_out_is_a_file_name_under_out(tmp_path, capsys, name):
+    out = tmp_path / "out"
+    assert main(["audit", "--out", str(out), "--mask-out", name, "--steps", "2"]) == 2
+    assert not out.exists()  # refused before anything is written
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--mask-out takes a file name, written under --out" in err[0]
 
 
 def test_snip_audit_with_a_runs_settings(tmp_path, tiny):

@@ -9,11 +9,13 @@ codes); the *projected* series from an fp32 reference trace alone (proxy (P-a),
 
 optionally requiring permanence (``F(t') > threshold`` for every later recorded ``t'``).  If the
 series starts above the threshold, ``t*`` is the first recorded step ("frozen at init").
+:func:`by_type` folds per-tensor curves into one numel-weighted curve per tensor type (all
+layers' ``wq`` together), which is what the plots show.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -60,3 +62,26 @@ def compare_crossings(steps_proj: Sequence[int], proj: Sequence[float],
             "error_steps": None if tp is None or tm is None else tp - tm,
             "ratio": None if not tp or not tm else tp / tm, "mean_abs_gap": gap,
             "threshold": threshold, "permanent": permanent}
+
+
+ALL = "all eligible weights"
+
+
+def tensor_types(names: Sequence[str]) -> dict[str, list[str]]:
+    """Tensor names grouped by type, the last name component: ``layers.0.attention.wq.weight``
+    -> ``wq`` (all layers' ``wq`` together), ``output.weight`` -> ``output``; in first-seen
+    order."""
+    groups: dict[str, list[str]] = {}
+    for n in names:
+        groups.setdefault(n.removesuffix(".weight").rsplit(".", 1)[-1], []).append(n)
+    return groups
+
+
+def by_type(curves: Mapping[str, Sequence[float]], numel: Mapping[str, int]) -> dict[str,
+                                                                                   np.ndarray]:
+    """Numel-weighted frozen-fraction curve of all tensors (key :data:`ALL`) and of each tensor
+    type (:func:`tensor_types`), from one curve per tensor (all of the same length)."""
+    groups = {ALL: list(curves), **tensor_types(list(curves))}
+    return {k: np.average(np.stack([np.asarray(curves[n], dtype=np.float64) for n in names]),
+                          axis=0, weights=[numel[n] for n in names])
+            for k, names in groups.items()}

@@ -5,10 +5,12 @@
 2. Measured (unless ``--no-measure``): re-run the same init and data order with the weights
    stored on each ``--formats`` grid under direct write-back (``--policy``, default ``rne``),
    recording the exact invisible-update event.
-3. Outputs in ``--out``: ``trace.npz``, ``frozen_<fmt>.png`` (measured vs projected frozen
-   fraction over time, one panel per tensor plus the total), ``summary.json`` (first-majority
-   crossings predicted vs measured, never-moved fractions, rho), and with ``--mask-out FILE`` an
-   exact-budget fp32-master tile mask for ``snip train --writeback.mask FILE``.
+3. Every output lands in ``--out``: ``trace.npz``, ``frozen_<fmt>.png`` (predicted vs measured
+   frozen fraction over time, one panel per tensor type plus the total), ``summary.json``
+   (first-majority crossings predicted vs measured, never-moved fractions, rho), the run
+   directories of the reference and measured runs, and with ``--mask-out NAME`` an exact-budget
+   fp32-master tile mask ``--out/NAME`` for ``snip train --writeback.mask``.  The last line
+   printed names every file written.
 """
 
 from __future__ import annotations
@@ -51,7 +53,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--tiles", action="store_true", help="also record per-tile projected frozen fractions")
     a("--policy", default="rne", choices=["rne", "stochastic"], help="measured-run write-back")
     a("--no-measure", action="store_true", help="skip the measured low-precision runs")
-    a("--mask-out", help="write an exact-budget fp32-master tile mask (JSON) here")
+    a("--mask-out", metavar="NAME",
+      help="also write an exact-budget fp32-master tile mask (JSON) as --out/NAME (a file name, "
+           "e.g. mask.json)")
     a("--mask-fraction", type=float, default=0.1, help="mask budget: fraction of the payload")
     a("--mask-method", default="reference", choices=MASK_METHODS, help="mask ranking")
     a("--threads", type=int, default=0, help="torch CPU threads (0: torch default)")
@@ -136,55 +140,21 @@ def _run(cfg: dict, out: Path, *, fmt: str | None = None, policy: str = "rne",
     return (recorder if fmt is None else trainer.writeback.wb), result.val_loss
 
 
-def _by_type(names: list[str]) -> dict[str, list[str]]:
-    """Tensor names grouped by type: the last name component (``attention.wq`` -> ``wq``)."""
-    groups: dict[str, list[str]] = {}
-    for n in names:
-        groups.setdefault(n.removesuffix(".weight").rsplit(".", 1)[-1], []).append(n)
-    return groups
-
-
-def _weighted(curves: list, weights: list[float]):
-    import numpy as np
-
-    return np.average(np.stack([np.asarray(c, dtype=float) for c in curves]), axis=0,
-                      weights=weights)
-
-
 def _plot(trace, fmt: str, measured, path: Path) -> None:
     """One panel for all eligible weights, then one per tensor type (all layers' ``wq`` in one
-    numel-weighted curve, ...): projected (from the fp32 trace) vs measured frozen fraction."""
-    import matplotlib
+    numel-weighted curve, ...): predicted (from the fp32 trace, dashed) vs measured (solid)
+    frozen fraction, first-majority crossings ticked (:func:`snip.audit.plot_frozen_by_type`)."""
+    from snip.audit import by_type, measured_series, plot_frozen_by_type
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from snip.audit import measured_series
-
-    panels = {"all eligible weights": trace.names, **_by_type(trace.names)}
-    cols = min(4, len(panels))
-    rows = math.ceil(len(panels) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 2.8 * rows), squeeze=False)
-    for ax, (title, names) in zip(axes.flat, panels.items(), strict=False):
-        w = [math.prod(trace.shapes[n]) for n in names]
-        ax.plot(trace.steps, _weighted([trace.projected(fmt, n) for n in names], w),
-                label="projected (fp32 trace)")
-        if measured is not None:
-            series = [measured_series(measured.history, n) for n in names]
-            ax.plot(series[0][0], _weighted([f for _, f in series], w),
-                    label="measured (exact event)", linestyle="--")
-        ax.axhline(0.5, color="grey", linewidth=0.5)
-        ax.set_ylim(-0.02, 1.02)
-        ax.set_title(title if len(names) == len(trace.names) else
-                     f"{title} ({len(names)} tensors)", fontsize=9)
-        ax.set_xlabel("step", fontsize=8)
-    for ax in list(axes.flat)[len(panels):]:
-        ax.axis("off")
-    axes.flat[0].legend(fontsize=7)
-    fig.suptitle(f"frozen fraction, {fmt} analytic grid, by tensor type")
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    numel = {n: math.prod(trace.shapes[n]) for n in trace.names}
+    pred = (trace.steps, by_type({n: trace.projected(fmt, n) for n in trace.names}, numel))
+    meas = None
+    if measured is not None:
+        per = {n: measured_series(measured.history, n) for n in trace.names}
+        steps = next(iter(per.values()))[0]
+        meas = (steps, by_type({n: f for n, (_, f) in per.items()}, numel))
+    plot_frozen_by_type(pred, meas, path,
+                        title=f"frozen fraction, {fmt} analytic grid, by tensor type")
 
 
 def _format_summary(trace, fmt: str, measured) -> dict:
@@ -233,9 +203,21 @@ def _mask(trace, method: str, fraction: float, fmt: str):
     return layer_mask(trace.shapes, fraction, tile_size=trace.tile_size)
 
 
+def _mask_name(value: str | None) -> str | None:
+    """The mask's file name under ``--out``: a bare name, so that every output stays there."""
+    if value is None:
+        return None
+    name = Path(value).name
+    if not name or name != value or name in (".", ".."):
+        raise UserError(f"--mask-out takes a file name, written under --out (got {value!r}); "
+                        f"choose the directory with --out, e.g. --out DIR --mask-out mask.json")
+    return name
+
+
 def run(args: argparse.Namespace) -> int:
     from snip.audit import ReferenceTrace
 
+    mask_name = _mask_name(args.mask_out)  # a bad name: nothing written
     rec_kw = {"formats": args.formats, "tile_size": args.tile_size,
               "score_steps": args.score_steps, "every": args.every, "tiles": args.tiles}
     trace = ReferenceTrace.load(args.trace) if args.trace else None  # bad file: nothing written
@@ -257,17 +239,20 @@ def run(args: argparse.Namespace) -> int:
                                       tile_size=trace.tile_size, threads=args.threads)
         _plot(trace, fmt, measured, out / f"frozen_{fmt}.png")
         summary["formats"][fmt] = _format_summary(trace, fmt, measured)
-    if args.mask_out:
+    written = ["summary.json", "trace.npz", *(f"frozen_{f}.png" for f in trace.formats)]
+    if mask_name:
         mask = _mask(trace, args.mask_method, args.mask_fraction, trace.formats[0])
-        mask.save(args.mask_out)
-        summary["mask"] = {"path": args.mask_out, "method": mask.method,
+        mask.save(out / mask_name)
+        summary["mask"] = {"path": str(out / mask_name), "method": mask.method,
                            "protected": mask.protected, "eligible": mask.eligible}
+        written.append(mask_name)
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     for fmt, s in summary["formats"].items():
         print(_plain(fmt, args.policy, s, val, trace.shapes))
-    written = ["summary.json", "trace.npz", *(f"frozen_{f}.png" for f in trace.formats)]
-    mask = f" and the mask {args.mask_out}" if args.mask_out else ""
-    print(f"wrote {', '.join(str(out / w) for w in written)}{mask}")
+    runs = [d for d in ("reference", *(f"measured_{f}" for f in trace.formats))
+            if (out / d / "config.toml").is_file()]
+    print(f"wrote {', '.join(str(out / w) for w in written)}"
+          + (f"; run directories {', '.join(str(out / d) + '/' for d in runs)}" if runs else ""))
     return 0
 
 
