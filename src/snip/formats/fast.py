@@ -85,6 +85,64 @@ def _follow_torch_threads(numel: int | None = None) -> None:
         numba.set_num_threads(n)
 
 
+# ---------------------------------------------------------------------------------------------
+# The stochastic-rounding random stream (one definition; every implementation must match it)
+# ---------------------------------------------------------------------------------------------
+
+SR_MIX_A, SR_MIX_B = 0x21F0AAAD, 0x735A2D97  # C. Wellons' "lowbias32" multipliers
+SR_GOLDEN = 0x9E3779B9
+SR_BITS = 16  # random bits per element
+SR_U_SCALE = 2.0**-SR_BITS
+
+
+def _mix32(h: int) -> int:
+    h ^= h >> 16
+    h = (h * SR_MIX_A) & 0xFFFFFFFF
+    h ^= h >> 15
+    h = (h * SR_MIX_B) & 0xFFFFFFFF
+    return h ^ (h >> 15)
+
+
+def sr_uniform_reference(key: tuple[int, int] | int, index: int) -> float:
+    """The stochastic-rounding coin ``u`` in [0, 1) of element ``index`` under ``key``.
+
+    This is *the* definition (pure Python); the numba kernels (``_pair_hash``/``_u16``),
+    :func:`snip.formats.cast.counter_uniforms` (torch) and any GPU port must return the same
+    bits.  ``key = (k0, k1)`` is drawn once per quantize call by
+    :func:`snip.formats.cast.draw_key` (two ``torch.randint(0, 2**31)`` words from the call's
+    generator); an ``int`` seed here means ``draw_key(torch.Generator().manual_seed(seed))``.
+    ``index`` is the element's position in the padded blocks layout (row-major, int64).
+    All arithmetic is on unsigned 32-bit words, wrapping::
+
+        p      = index >> 1                   # two elements share one hash ("pair counter")
+        lo, hi = p & 0xFFFFFFFF, p >> 32
+        h      = mix32(lo ^ k0)
+        h      = mix32((h + k1 + hi * 0x9E3779B9) mod 2^32)
+        bits   = (h >> (16 * (index & 1))) & 0xFFFF    # even index: low half, odd: high half
+        u      = bits * 2^-16
+
+    ``mix32`` is lowbias32: ``h ^= h >> 16; h *= 0x21F0AAAD; h ^= h >> 15; h *= 0x735A2D97;
+    h ^= h >> 15``.  Element ``x`` rounds up iff ``u < frac(x / ulp)`` (the fractional part
+    computed exactly in fp32).
+
+    Why 16 bits are enough: the probability of rounding up becomes ``ceil(frac * 2^16) /
+    2^16`` instead of ``frac``, a bias below ``2^-16`` of one step of the target grid.  For
+    FP8/FP4 elements (at most 3 mantissa bits) that is ``2^-19`` of the value or less, below
+    the fp32 rounding of the scaled inputs' fractions for most values, and far below the
+    ``step / sqrt(n)`` noise of any mean the tests (or training) can observe; for bf16 targets
+    (7 bits) the fraction itself has at most 16 bits, so the coin is exact.  Sharing one 32-bit
+    hash between two elements halves the hashing work, which was as large as the rounding.
+    """
+    if isinstance(key, int):
+        key = draw_key(torch.Generator().manual_seed(key))
+    k0, k1 = key
+    p = index >> 1
+    lo, hi = p & 0xFFFFFFFF, (p >> 32) & 0xFFFFFFFF
+    h = _mix32(lo ^ k0)
+    h = _mix32((h + k1 + hi * SR_GOLDEN) & 0xFFFFFFFF)
+    return ((h >> (16 * (index & 1))) & 0xFFFF) * SR_U_SCALE
+
+
 def enabled() -> bool:
     return AVAILABLE and os.environ.get("SNIP_FAST", "1") != "0"
 
@@ -214,38 +272,99 @@ if AVAILABLE:
 
 if AVAILABLE:
 
-    # ---- counter-based uniforms (same expression as snip.formats.cast.counter_uniforms) ----
+    # ---- counter-based uniforms: the IR form of sr_uniform_reference (defined below) ----
     # Written as LLVM IR on i32: numba would widen uint32 products to 64 bits, and 64-bit
     # vector multiplies made stochastic rounding 2.5x slower than RNE.
 
     def _mix32_ir(builder, h):
         i32 = ir.IntType(32)
         h = builder.xor(h, builder.lshr(h, ir.Constant(i32, 16)))
-        h = builder.mul(h, ir.Constant(i32, 0x21F0AAAD))
+        h = builder.mul(h, ir.Constant(i32, SR_MIX_A))
         h = builder.xor(h, builder.lshr(h, ir.Constant(i32, 15)))
-        h = builder.mul(h, ir.Constant(i32, 0x735A2D97))
+        h = builder.mul(h, ir.Constant(i32, SR_MIX_B))
         return builder.xor(h, builder.lshr(h, ir.Constant(i32, 15)))
 
+    def _pair_hash_ir(builder, p, a, b):
+        """``mix(mix(lo ^ k0) + k1 + hi * golden)`` of the pair counter ``p`` (i64), as i32."""
+        i32, i64 = ir.IntType(32), ir.IntType(64)
+        lo = builder.trunc(p, i32)
+        hi = builder.trunc(builder.lshr(p, ir.Constant(i64, 32)), i32)
+        h = _mix32_ir(builder, builder.xor(lo, builder.trunc(a, i32)))
+        h = builder.add(builder.add(h, builder.trunc(b, i32)),
+                        builder.mul(hi, ir.Constant(i32, SR_GOLDEN)))
+        return _mix32_ir(builder, h)
+
     @intrinsic
-    def _hash24(typingctx, index, k0, k1):
-        """24 random bits: ``mix(mix(lo ^ k0) + k1 + hi * golden) >> 8`` in wrapping i32."""
+    def _pair_hash(typingctx, pair, k0, k1):
+        """The 32-bit hash of one pair counter (two elements' 16-bit uniforms)."""
+        sig = types.uint32(types.int64, types.int64, types.int64)
+
+        def codegen(context, builder, signature, args):
+            return _pair_hash_ir(builder, *args)
+
+        return sig, codegen
+
+    @intrinsic
+    def _u16(typingctx, index, k0, k1):
+        """Element ``index``'s 16 random bits: its half of the hash of pair ``index >> 1``."""
         sig = types.int32(types.int64, types.int64, types.int64)
 
         def codegen(context, builder, signature, args):
             i32, i64 = ir.IntType(32), ir.IntType(64)
             idx, a, b = args
-            lo = builder.trunc(idx, i32)
-            hi = builder.trunc(builder.lshr(idx, ir.Constant(i64, 32)), i32)
-            h = _mix32_ir(builder, builder.xor(lo, builder.trunc(a, i32)))
-            h = builder.add(builder.add(h, builder.trunc(b, i32)),
-                            builder.mul(hi, ir.Constant(i32, 0x9E3779B9)))
-            return builder.lshr(_mix32_ir(builder, h), ir.Constant(i32, 8))
+            h = _pair_hash_ir(builder, builder.ashr(idx, ir.Constant(i64, 1)), a, b)
+            shift = builder.mul(builder.trunc(builder.and_(idx, ir.Constant(i64, 1)), i32),
+                                ir.Constant(i32, 16))
+            return builder.and_(builder.lshr(h, shift), ir.Constant(i32, 0xFFFF))
 
         return sig, codegen
 
     @njit(inline="always", error_model="numpy")
     def _u01(index, k0, k1):
-        return np.float32(_hash24(index, k0, k1)) * np.float32(2.0**-24)
+        """One element's uniform (scalar form; the row kernels use :func:`_fill_uniforms`)."""
+        return np.float32(_u16(index, k0, k1)) * np.float32(SR_U_SCALE)
+
+    @njit(inline="always", error_model="numpy")
+    def _fill_uniforms(n, base, k0, k1):
+        """16-bit uniforms of elements ``base .. base + n - 1`` (as a uint16 array of which
+        element ``j`` is entry ``(base & 1) + j``): one hash per *pair* of elements, in a loop
+        that vectorizes; halves the hashing work of stochastic rounding."""
+        p0 = base >> 1
+        npair = ((base + n + 1) >> 1) - p0
+        h = np.empty(npair, np.uint32)
+        for q in range(npair):
+            h[q] = _pair_hash(p0 + q, k0, k1)
+        return h.view(np.uint16)
+
+    # ---- the element grid's step, in i32 (numba would widen the exponent arithmetic to i64,
+    # which costs more vector instructions than the rounding itself) ----
+
+    def _binade_pow2_factory(sign):
+        @intrinsic
+        def binade_pow2(typingctx, a, emin, emax, off):
+            """``2^(sign * e + off)`` for ``e = clamp(floor(log2 |a|), emin, emax + 1)``."""
+            sig = types.float32(types.float32, types.int64, types.int64, types.int64)
+
+            def codegen(context, builder, signature, args):
+                i32 = ir.IntType(32)
+                x, lo, hi, c = args
+                e = builder.sub(builder.ashr(builder.bitcast(x, i32), ir.Constant(i32, 23)),
+                                ir.Constant(i32, 127))
+                lo32 = builder.trunc(lo, i32)
+                hi32 = builder.add(builder.trunc(hi, i32), ir.Constant(i32, 1))
+                e = builder.select(builder.icmp_signed("<", e, lo32), lo32, e)
+                e = builder.select(builder.icmp_signed(">", e, hi32), hi32, e)
+                if sign < 0:
+                    e = builder.sub(ir.Constant(i32, 0), e)
+                k = builder.add(builder.add(e, builder.trunc(c, i32)), ir.Constant(i32, 127))
+                return builder.bitcast(builder.shl(k, ir.Constant(i32, 23)), ir.FloatType())
+
+            return sig, codegen
+
+        return binade_pow2
+
+    _pow2_up = _binade_pow2_factory(1)  # 2^(e + off)
+    _pow2_dn = _binade_pow2_factory(-1)  # 2^(off - e)
 
     # ---- loads and stores of fp32 or bf16 (held as uint16) elements ----
 
@@ -382,8 +501,7 @@ if AVAILABLE:
         for j in range(xs.shape[0]):
             v = _ld(xs, j) * enc
             a = np.float32(abs(v))
-            e = min(max((a.view(np.int32) >> 23) - 127, emin), emax + 1)
-            magic = _pow2(e + 23 - mbits)
+            magic = _pow2_up(a, emin, emax, 23 - mbits)
             q = (a + magic) - magic
             q = np.float32(np.copysign(maxn if q > maxn else q, v))
             _st(os_, j, q * dec)
@@ -391,15 +509,16 @@ if AVAILABLE:
     @njit(error_model="numpy")
     def _sr_span(xs, os_, enc, dec, base, mbits, emin, emax, maxn, k0, k1):
         """Stochastic rounding onto a float grid, one scale; SR counter ``base + j``."""
+        u16 = _fill_uniforms(xs.shape[0], base, k0, k1)
+        off = base & 1
         for j in range(xs.shape[0]):
-            u = _u01(base + j, k0, k1)
+            u = np.float32(u16[off + j]) * np.float32(SR_U_SCALE)
             v = _ld(xs, j) * enc
             a = np.float32(abs(v))
-            e = min(max((a.view(np.int32) >> 23) - 127, emin), emax + 1)
-            t = a * _pow2(mbits - e)
+            t = a * _pow2_dn(a, emin, emax, mbits)
             n = np.float32(np.floor(t))
             n = n + np.float32(1.0) if u < t - n else n
-            q = n * _pow2(e - mbits)
+            q = n * _pow2_up(a, emin, emax, -mbits)
             q = np.float32(np.copysign(maxn if q > maxn else q, v))
             _st(os_, j, q * dec)
 
@@ -429,8 +548,7 @@ if AVAILABLE:
         for j in range(xs.shape[0]):
             v = _ld(xs, j) * enc[j]
             a = np.float32(abs(v))
-            e = min(max((a.view(np.int32) >> 23) - 127, emin), emax + 1)
-            magic = _pow2(e + 23 - mbits)
+            magic = _pow2_up(a, emin, emax, 23 - mbits)
             q = (a + magic) - magic
             q = np.float32(np.copysign(maxn if q > maxn else q, v))
             _st(os_, j, q * dec[j])
@@ -444,25 +562,25 @@ if AVAILABLE:
             u = _u01(base + j * stride, k0, k1)
             v = _ld(xs, j) * enc[j]
             a = np.float32(abs(v))
-            e = min(max((a.view(np.int32) >> 23) - 127, emin), emax + 1)
-            t = a * _pow2(mbits - e)
+            t = a * _pow2_dn(a, emin, emax, mbits)
             n = np.float32(np.floor(t))
             n = n + np.float32(1.0) if u < t - n else n
-            q = n * _pow2(e - mbits)
+            q = n * _pow2_up(a, emin, emax, -mbits)
             q = np.float32(np.copysign(maxn if q > maxn else q, v))
             _st(os_, j, q * dec[j])
 
     @njit(error_model="numpy")
     def _sr_span_vec1(xs, os_, enc, dec, base, mbits, emin, emax, maxn, k0, k1):
+        u16 = _fill_uniforms(xs.shape[0], base, k0, k1)
+        off = base & 1
         for j in range(xs.shape[0]):
-            u = _u01(base + j, k0, k1)
+            u = np.float32(u16[off + j]) * np.float32(SR_U_SCALE)
             v = _ld(xs, j) * enc[j]
             a = np.float32(abs(v))
-            e = min(max((a.view(np.int32) >> 23) - 127, emin), emax + 1)
-            t = a * _pow2(mbits - e)
+            t = a * _pow2_dn(a, emin, emax, mbits)
             n = np.float32(np.floor(t))
             n = n + np.float32(1.0) if u < t - n else n
-            q = n * _pow2(e - mbits)
+            q = n * _pow2_up(a, emin, emax, -mbits)
             q = np.float32(np.copysign(maxn if q > maxn else q, v))
             _st(os_, j, q * dec[j])
 
