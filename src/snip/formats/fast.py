@@ -490,6 +490,23 @@ if AVAILABLE:
                 fin = bits < _FINITE_BITS
                 enc[i] = _exp2_int(-kk) if fin else _exp2_int(-128)
                 dec[i] = _exp2_int(kk) if fin else np.float32(np.nan)
+        elif sfmt == 3:  # NVFP4: the e4m3 rounding of _block_scale, branch-free (vectorizes)
+            for i in range(n):
+                bits = m[i]
+                fin = bits < _FINITE_BITS
+                amax = np.int32(bits).view(np.float32) if fin else np.float32(np.inf)
+                b = np.float32(amax * mul)
+                b = np.float32(448.0) if b > np.float32(448.0) else b
+                a = np.float32(abs(b))
+                magic = _pow2_up(a, -6, 8, 20)
+                be = (a + magic) - magic
+                be = np.float32(448.0) if be > np.float32(448.0) else be
+                be = np.float32(np.copysign(be, b))
+                d = np.float32(be * t_dec)
+                e = np.float32(np.float32(1.0) / d)
+                enc[i] = np.float32(3.4028234663852886e38) if e > np.float32(
+                    3.4028234663852886e38) else e
+                dec[i] = d if fin else np.float32(np.nan)
         else:
             for i in range(n):
                 enc[i], dec[i] = _block_scale(_amax_of_bits(m[i]), sfmt, pow2, emax_elem, maxn,
@@ -601,14 +618,18 @@ if AVAILABLE:
             _st(os_, j, q * dec[j])
 
     @njit(error_model="numpy")
-    def _run(xs, os_, k, nblk, base, sfmt, pow2, emax_elem, maxn, mul, t_dec, is_int, mbits,
+    def _run(xs, os_, k, nblk, base, mb, sfmt, pow2, emax_elem, maxn, mul, t_dec, is_int, mbits,
              emin, emax, maxne, step, inv_step, sr, k0, k1):
-        """``nblk`` consecutive blocks of ``k`` (the last may be short): amaxes, scales, then one
-        scale per element broadcast into L1 and one straight vectorized pass over the run."""
+        """``nblk`` consecutive blocks of ``k`` (the last may be short): amaxes (or the block
+        maxima ``mb`` of a first pass, when not empty), scales, then one scale per element
+        broadcast into L1 and one straight vectorized pass over the run."""
         n = xs.shape[0]
-        m = np.empty(nblk, np.int32)
-        for b in range(nblk):
-            m[b] = _max_bits(xs[b * k:min(n, (b + 1) * k)])
+        if mb.shape[0] > 0:
+            m = mb
+        else:
+            m = np.empty(nblk, np.int32)
+            for b in range(nblk):
+                m[b] = _max_bits(xs[b * k:min(n, (b + 1) * k)])
         enc = np.empty(nblk, np.float32)
         dec = np.empty(nblk, np.float32)
         _scales(m, enc, dec, sfmt, pow2, emax_elem, maxn, mul, t_dec)
@@ -621,9 +642,9 @@ if AVAILABLE:
                       inv_step, sr, k0, k1)
 
     @njit(parallel=True, cache=True, error_model="numpy")
-    def _fused_rows(x, out, n_rows, length, k_rt, kt, padded, sfmt, pow2, emax_elem, maxn, mul,
-                    t_dec, fix_enc, fix_dec, is_int, mbits, emin, emax, maxne, step, inv_step, sr,
-                    k0, k1):
+    def _fused_rows(x, out, n_rows, length, k_rt, kt, padded, bmax, sfmt, pow2, emax_elem, maxn,
+                    mul, t_dec, fix_enc, fix_dec, is_int, mbits, emin, emax, maxne, step, inv_step,
+                    sr, k0, k1):
         """Fake-quantize blocks of ``k`` along the last axis of ``x`` viewed ``(n_rows, length)``.
 
         Each parallel task takes a run of blocks of one row (about ``_CHUNK`` elements): their
@@ -634,7 +655,8 @@ if AVAILABLE:
 
         ``kt`` is a tuple whose *length* is the block size when that is small (16, 32): numba
         then compiles the kernel for that size, with constant trip counts that LLVM unrolls into
-        whole vectors; ``kt == ()`` means "use ``k_rt``".
+        whole vectors; ``kt == ()`` means "use ``k_rt``".  ``bmax``: the int32 |x| bit maxima of
+        all ``n_rows * nb`` blocks when a first pass computed them (NVFP4), else empty.
         """
         k = len(kt) if len(kt) > 0 else k_rt
         nb = (length + k - 1) // k
@@ -652,8 +674,9 @@ if AVAILABLE:
                 _span(x[start:stop], out[start:stop], fix_enc, fix_dec, base, is_int, mbits,
                       emin, emax, maxne, step, inv_step, sr, k0, k1)
                 continue
-            _run(x[start:stop], out[start:stop], k, b1 - b0, base, sfmt, pow2, emax_elem, maxn,
-                 mul, t_dec, is_int, mbits, emin, emax, maxne, step, inv_step, sr, k0, k1)
+            mb = bmax[r * nb + b0:r * nb + b1] if bmax.shape[0] > 0 else bmax
+            _run(x[start:stop], out[start:stop], k, b1 - b0, base, mb, sfmt, pow2, emax_elem,
+                 maxn, mul, t_dec, is_int, mbits, emin, emax, maxne, step, inv_step, sr, k0, k1)
 
     @njit(parallel=True, cache=True, error_model="numpy")
     def _fused_cols(x, out, n_outer, length, inner, k, padded, sfmt, pow2, emax_elem, maxn, mul,
@@ -682,6 +705,30 @@ if AVAILABLE:
                 _any_span_vec(x[lo:lo + inner], out[lo:lo + inner], enc, dec,
                               o * inner * padded + li, padded, is_int, mbits, emin, emax, maxne,
                               step, inv_step, sr, k0, k1)
+
+    @njit(parallel=True, cache=True, error_model="numpy")
+    def _block_max_bits(x, kt, bmax):
+        """NVFP4's first pass over whole blocks of ``len(kt)`` (a compile-time block size) of the
+        flat ``x``: every block's |x| bit maximum into ``bmax``, and the tensor amax of the
+        blocks that hold no NaN/inf (0 if none), which the second pass (:func:`_fused_rows`
+        with ``bmax``) needs before it can scale any block."""
+        k = len(kt)
+        nb = bmax.shape[0]
+        group = max(1, _CHUNK // k)
+        ng = (nb + group - 1) // group
+        part = np.zeros(ng, np.int32)
+        for g in prange(ng):
+            b0 = g * group
+            b1 = min(nb, b0 + group)
+            for b in range(b0, b1):
+                bmax[b] = _max_bits(x[b * k:(b + 1) * k])
+            best = np.int32(0)
+            for b in range(b0, b1):
+                v = bmax[b]
+                v = v if v < _FINITE_BITS else np.int32(0)
+                best = v if v > best else best
+            part[g] = best
+        return np.int32(part.max()).view(np.float32)
 
     @njit(parallel=True, cache=True, error_model="numpy")
     def _clean_amax(x, n_rows, length, inner, k):
@@ -886,6 +933,7 @@ def release_buffers() -> None:
 # ---------------------------------------------------------------------------------------------
 
 _IO_DTYPES = (torch.float32, torch.bfloat16)
+_NO_BMAX = np.empty(0, np.int32)  # "no first pass": the kernels compute block maxima themselves
 
 
 def fusable(x: torch.Tensor, spec: QuantSpec) -> bool:
@@ -940,8 +988,8 @@ def quantize_fused(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Roundi
     if spec.scaling is Scaling.TENSOR:
         amax = torch.tensor([[float(_tensor_amax(xs, _CHUNK))]], dtype=torch.float32)
         sc = fp32_scales(amax, spec)
-        _fused_rows(xs, os_, 1, n, _CHUNK, (), n, -1, pow2, emax_elem, maxn, f32(0), f32(0),
-                    f32(sc.encode.item()), f32(sc.decode.item()), *elem)
+        _fused_rows(xs, os_, 1, n, _CHUNK, (), n, _NO_BMAX, -1, pow2, emax_elem, maxn, f32(0),
+                    f32(0), f32(sc.encode.item()), f32(sc.decode.item()), *elem)
         return out
     outer = int(np.prod(x.shape[:axis], dtype=np.int64))
     length = x.shape[axis]
@@ -949,17 +997,23 @@ def quantize_fused(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Roundi
     k = length if spec.scaling is Scaling.CHANNEL else spec.block
     padded = -(-length // k) * k
     mul = t_dec = f32(0)
+    bmax = _NO_BMAX
+    whole = inner == 1 and length % k == 0
+    kt = (0,) * k if k in (16, 32) and length % k == 0 else ()
     if sfmt == 3:
-        x_amax = torch.tensor(float(_clean_amax(xs, outer, length, inner, k)))
+        if whole and kt:  # one pass for all block maxima and the tensor amax; reused below
+            bmax = np.empty(n // k, np.int32)
+            x_amax = torch.tensor(float(_block_max_bits(xs, kt, bmax)))
+        else:
+            x_amax = torch.tensor(float(_clean_amax(xs, outer, length, inner, k)))
         s_enc = nvfp4_encode_scale(x_amax, spec)
         inv_elem = torch.tensor(1.0 / fmt.max_normal, dtype=torch.float32)
         mul, t_dec = f32((s_enc * inv_elem).item()), f32((1.0 / s_enc).item())
     if inner == 1:
-        if length % k == 0:  # whole blocks: rows do not matter, one long row balances best
+        if whole:  # whole blocks: rows do not matter, one long row balances best
             outer, length, padded = 1, outer * length, outer * length
-        kt = (0,) * k if k in (16, 32) and length % k == 0 else ()
-        _fused_rows(xs, os_, outer, length, k, kt, padded, sfmt, pow2, emax_elem, maxn, mul, t_dec,
-                    f32(0), f32(0), *elem)
+        _fused_rows(xs, os_, outer, length, k, kt, padded, bmax, sfmt, pow2, emax_elem, maxn, mul,
+                    t_dec, f32(0), f32(0), *elem)
     else:
         _fused_cols(xs, os_, outer, length, inner, k, padded, sfmt, pow2, emax_elem, maxn, mul,
                     t_dec, *elem)
