@@ -56,11 +56,32 @@ def test_fast_encode_equals_torch_path(preset, monkeypatch):
     )
 
 
-def test_weight_tiles_fast(monkeypatch):
-    w = torch.randn(200, 300)
-    spec = get_spec("fp4_e2m1_tile128").for_weight()
-    a, b = both_paths(lambda: quantize(w, spec), monkeypatch)
-    assert torch.equal(a, b)
+TILED = [n for n, s in PRESETS.items() if s.for_weight().scaling is Scaling.BLOCK2D]
+
+
+@pytest.mark.parametrize("preset", TILED)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_weight_tiles_fast(preset, dtype, monkeypatch):
+    """2-D weight tiles (fused kernel for RNE, blocked path for SR) equal the reference path:
+    partial edge tiles, NaN/inf tiles, zero tiles, a matrix with no finite tile, both axes."""
+    g = torch.Generator().manual_seed(3)
+    w = torch.randn(200, 300, generator=g) * torch.logspace(-6, 6, 300)
+    w[:16, :16] = 0.0
+    w[20, 40] = float("nan")
+    w[150, 290] = float("-inf")
+    spec = get_spec(preset).for_weight()
+    monkeypatch.setattr(fast, "_PARALLEL_MIN", 0)
+    for m in (w, torch.randn(17, 129, generator=g), torch.full((32, 32), float("inf"))):
+        m = m.to(dtype)
+        for axis in (-1, 0):
+            for rounding in ("rne", "stochastic"):
+                a, b = both_paths(lambda m=m, axis=axis, r=rounding: quantize(
+                    m, spec, axis=axis, rounding=r, generator=4), monkeypatch)
+                monkeypatch.setattr(fast, "_PARALLEL_MIN", 0)
+                assert a.dtype == b.dtype == dtype
+                torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
+    assert fast.fusable(w, spec, fast.Rounding.RNE) == (not spec.hadamard)
+    assert not fast.fusable(w, spec, fast.Rounding.STOCHASTIC) and not fast.fusable(w, spec)
 
 
 def test_kernels_leave_torch_thread_count_alone():

@@ -731,6 +731,60 @@ if AVAILABLE:
         return np.int32(part.max()).view(np.float32)
 
     @njit(parallel=True, cache=True, error_model="numpy")
+    def _tile_max_bits(x, r, c, k, bmax):
+        """Square ``k x k`` tiles of the matrix ``x`` (flat, ``r x c``; edge tiles partial):
+        every tile's |x| bit maximum into ``bmax`` (row-major over tiles), and the tensor amax
+        of the tiles that hold no NaN/inf (NVFP4's tensor scale needs it first)."""
+        rb = (r + k - 1) // k
+        cb = (c + k - 1) // k
+        part = np.zeros(rb, np.int32)
+        for tb in prange(rb):
+            m = bmax[tb * cb:(tb + 1) * cb]
+            m[:] = 0
+            for i in range(tb * k, min(r, (tb + 1) * k)):
+                for t in range(cb):
+                    v = _max_bits(x[i * c + t * k:i * c + min(c, (t + 1) * k)])
+                    m[t] = v if v > m[t] else m[t]
+            best = np.int32(0)
+            for t in range(cb):
+                v = m[t] if m[t] < _FINITE_BITS else np.int32(0)
+                best = v if v > best else best
+            part[tb] = best
+        return np.int32(part.max()).view(np.float32)
+
+    @njit(parallel=True, cache=True, error_model="numpy")
+    def _fused_tiles(x, out, r, c, k, bmax, sfmt, pow2, emax_elem, maxn, mul, t_dec, mbits, emin,
+                     emax, maxne):
+        """RNE fake-quantization of ``x`` (flat ``r x c``) with one scale per ``k x k`` tile (the
+        2-D weight tiles), without the tile transpose: each task takes one row of tiles, computes
+        (or, with ``bmax``, reads) their maxima and scales, broadcasts the scales along a row
+        once, and rounds the ``k`` rows while they are in cache."""
+        rb = (r + k - 1) // k
+        cb = (c + k - 1) // k
+        for tb in prange(rb):
+            i0 = tb * k
+            i1 = min(r, i0 + k)
+            if bmax.shape[0] > 0:
+                m = bmax[tb * cb:(tb + 1) * cb]
+            else:
+                m = np.zeros(cb, np.int32)
+                for i in range(i0, i1):
+                    for t in range(cb):
+                        v = _max_bits(x[i * c + t * k:i * c + min(c, (t + 1) * k)])
+                        m[t] = v if v > m[t] else m[t]
+            enc = np.empty(cb, np.float32)
+            dec = np.empty(cb, np.float32)
+            _scales(m, enc, dec, sfmt, pow2, emax_elem, maxn, mul, t_dec)
+            enc_e = np.empty(c, np.float32)
+            dec_e = np.empty(c, np.float32)
+            for t in range(cb):
+                enc_e[t * k:min(c, (t + 1) * k)] = enc[t]
+                dec_e[t * k:min(c, (t + 1) * k)] = dec[t]
+            for i in range(i0, i1):
+                _rne_span_vec(x[i * c:(i + 1) * c], out[i * c:(i + 1) * c], enc_e, dec_e, mbits,
+                              emin, emax, maxne)
+
+    @njit(parallel=True, cache=True, error_model="numpy")
     def _clean_amax(x, n_rows, length, inner, k):
         """Max |x| over the blocks that hold no NaN/inf (NVFP4's tensor amax), 0 if none."""
         nb = (length + k - 1) // k
@@ -936,11 +990,18 @@ _IO_DTYPES = (torch.float32, torch.bfloat16)
 _NO_BMAX = np.empty(0, np.int32)  # "no first pass": the kernels compute block maxima themselves
 
 
-def fusable(x: torch.Tensor, spec: QuantSpec) -> bool:
-    """Whether :func:`quantize_fused` handles this input and spec (else: the blocked path)."""
-    return (enabled() and x.device.type == "cpu" and x.dtype in _IO_DTYPES and x.numel() > 0
-            and x.dim() > 0 and supports(spec.element) and not spec.hadamard
-            and spec.scaling in (Scaling.TENSOR, Scaling.CHANNEL, Scaling.BLOCK))
+def fusable(x: torch.Tensor, spec: QuantSpec, rounding: Rounding | None = None) -> bool:
+    """Whether :func:`quantize_fused` handles this input and spec (else: the blocked path).
+
+    2-D tiles (``Scaling.BLOCK2D``: NVFP4 and 128x128 weight tiles) are fused for matrices
+    with round-to-nearest-even when the caller says so (``rounding``); stochastic rounding of
+    tiles (whose SR counter follows the transposed tile layout) takes the blocked path."""
+    if not (enabled() and x.device.type == "cpu" and x.dtype in _IO_DTYPES and x.numel() > 0
+            and x.dim() > 0 and supports(spec.element) and not spec.hadamard):
+        return False
+    if spec.scaling is Scaling.BLOCK2D:
+        return (x.dim() == 2 and rounding is Rounding.RNE and spec.element.kind is not Kind.INT)
+    return spec.scaling in (Scaling.TENSOR, Scaling.CHANNEL, Scaling.BLOCK)
 
 
 def _np(t: torch.Tensor) -> np.ndarray:
@@ -985,6 +1046,8 @@ def quantize_fused(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Roundi
             f32(fmt.step), f32(1.0 / fmt.step), sr, k0, k1)
     sfmt, pow2, emax_elem, maxn = _scale_params(spec)
     n = x.numel()
+    if spec.scaling is Scaling.BLOCK2D:
+        return _quantize_tiles(x, out, xs, os_, spec, sfmt, pow2, emax_elem, maxn)
     if spec.scaling is Scaling.TENSOR:
         amax = torch.tensor([[float(_tensor_amax(xs, _CHUNK))]], dtype=torch.float32)
         sc = fp32_scales(amax, spec)
@@ -1017,4 +1080,27 @@ def quantize_fused(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Roundi
     else:
         _fused_cols(xs, os_, outer, length, inner, k, padded, sfmt, pow2, emax_elem, maxn, mul,
                     t_dec, *elem)
+    return out
+
+
+def _quantize_tiles(x: torch.Tensor, out: torch.Tensor, xs: np.ndarray, os_: np.ndarray,
+                    spec: QuantSpec, sfmt: int, pow2: bool, emax_elem: int,
+                    maxn: np.float32) -> torch.Tensor:
+    """RNE with square 2-D tiles (same tiles whatever the axis: a tile's scale is its amax)."""
+    from snip.formats.scaling import nvfp4_encode_scale
+
+    f32 = np.float32
+    fmt = spec.element
+    r, c = x.shape
+    k = spec.block
+    bmax = _NO_BMAX
+    mul = t_dec = f32(0)
+    if sfmt == 3:
+        bmax = np.empty(-(-r // k) * -(-c // k), np.int32)
+        x_amax = torch.tensor(float(_tile_max_bits(xs, r, c, k, bmax)))
+        s_enc = nvfp4_encode_scale(x_amax, spec)
+        inv_elem = torch.tensor(1.0 / fmt.max_normal, dtype=torch.float32)
+        mul, t_dec = f32((s_enc * inv_elem).item()), f32((1.0 / s_enc).item())
+    _fused_tiles(xs, os_, r, c, k, bmax, sfmt, pow2, emax_elem, maxn, mul, t_dec, fmt.mbits,
+                 fmt.emin, fmt.emax, f32(fmt.max_normal))
     return out
