@@ -13,7 +13,8 @@ once with ``SNIP_MALLOPT=0``, in alternating order.  A child's step time is the 
 logged steps (after the first ``--skip``) of ``tokens per step / tokens_per_s``.  Reported: the
 per-round ratio ``step(tuned) / step(untuned)``, its median, and the mean paired difference of
 step times with a 95% t-interval over the rounds (n = rounds).  Also the minor page faults of
-each child (``getrusage`` of the children), a load-independent witness of fresh memory touched.
+each child and its user and system CPU seconds (``getrusage`` of the children): page faults
+are a load-independent witness of fresh memory touched, system time is what they cost.
 
 Writes ``benchmarks/out/bench_malloc.json``.
 """
@@ -58,7 +59,8 @@ def run_child(tuned: bool, steps: int, threads: int, skip: int, tmp: str, tag: s
     tokens = _tokens_per_step(cfg)
     step_s = [tokens / e["tokens_per_s"] for e in train[skip:]]
     return {"tuned": tuned, "median_step_s": statistics.median(step_s), "n_steps": len(step_s),
-            "wall_s": wall, "minor_faults": after.ru_minflt - before.ru_minflt}
+            "wall_s": wall, "minor_faults": after.ru_minflt - before.ru_minflt,
+            "user_s": after.ru_utime - before.ru_utime, "sys_s": after.ru_stime - before.ru_stime}
 
 
 def _tokens_per_step(cfg: str) -> int:
@@ -88,7 +90,9 @@ def main(argv: list[str] | None = None) -> None:
                            "ratio": res[True]["median_step_s"] / res[False]["median_step_s"]})
             print(f"round {r}: step tuned {res[True]['median_step_s'] * 1e3:.1f} ms, untuned "
                   f"{res[False]['median_step_s'] * 1e3:.1f} ms, ratio {rounds[-1]['ratio']:.3f}; "
-                  f"minor faults {res[True]['minor_faults']} vs {res[False]['minor_faults']}",
+                  f"minor faults {res[True]['minor_faults']} vs {res[False]['minor_faults']}; "
+                  f"CPU user+sys {res[True]['user_s']:.1f}+{res[True]['sys_s']:.1f} s vs "
+                  f"{res[False]['user_s']:.1f}+{res[False]['sys_s']:.1f} s",
                   flush=True)
     diffs = [(x["tuned"]["median_step_s"] - x["untuned"]["median_step_s"]) * 1e3 for x in rounds]
     n = len(diffs)
