@@ -8,14 +8,20 @@ per-channel and 1-D block scaling along any axis, on fp32 or bf16 input:
 * each parallel task takes a run of blocks (~16 KiB), computes their amaxes (as integer maxima
   of ``|x|`` bit patterns, which vectorize), their scales (:func:`_block_scale` repeats
   :mod:`snip.formats.scaling` operation for operation: fp32, e8m0 floor/rceil, NVFP4's e4m3
-  under an fp32 tensor scale), broadcasts the scales into L1, and rounds and rescales the run in
-  one straight vectorized loop, storing straight into the output (bf16 stores round to nearest
-  even like torch).  Only per-tensor scaling and NVFP4 read the input twice (the global amax);
+  under an fp32 tensor scale -- the latter in a branch-free loop over blocks), broadcasts the
+  scales into L1, and rounds and rescales the run in one straight vectorized loop, storing
+  straight into the output (bf16 stores round to nearest even like torch).  Per-tensor scaling
+  and NVFP4 read the input twice (the tensor amax first); NVFP4's first pass also stores every
+  block's maximum, so the second pass only computes scales and rounds;
 * blocks along a middle axis (axis 0 of a matrix: the weight-gradient operands) are handled
-  without a transpose: a task takes ``k`` rows and keeps one scale per column;
-* stochastic rounding draws ``u`` from a keyed counter hash of the element's index in the
-  padded blocks layout (:func:`snip.formats.cast.counter_uniforms`; here as i32 LLVM IR so that
-  it vectorizes): the same numbers whatever the thread count, and the reference path draws them
+  without a transpose: a task takes ``k`` rows and keeps one scale per column; 2-D weight tiles
+  (NVFP4 16x16, 128x128) likewise, one row of tiles per task (round-to-nearest-even only);
+* the element's binade and grid step are computed in i32 LLVM IR (:func:`_pow2_up`): numba
+  widens small-integer arithmetic to i64, which cost more vector instructions than the rounding;
+* stochastic rounding draws a 16-bit ``u`` from a keyed counter hash of the element's index in
+  the padded blocks layout, one 32-bit hash per pair of elements (:func:`sr_uniform_reference`
+  is the definition; here as i32 LLVM IR so that it vectorizes): the same numbers whatever the
+  thread count, and the reference path (:func:`snip.formats.cast.counter_uniforms`) draws them
   too;
 * the output (the only large allocation) comes from :class:`_BufferCache`, which recycles
   snip's own freed output buffers: a fresh 64 MiB allocation page-faults for 5-20x longer than
@@ -23,7 +29,7 @@ per-channel and 1-D block scaling along any axis, on fp32 or bf16 input:
   ``snip.runtime.tune_malloc()``.
 
 The older two-pass kernels (``_amax_rows``/``_quant_rows``/``_quant_cols``) still serve
-:func:`snip.formats.encode` and 2-D weight tiles.  All arithmetic is fp32 (``np.float32``
+:func:`snip.formats.encode` and stochastically rounded 2-D weight tiles.  All arithmetic is fp32 (``np.float32``
 constants everywhere: a Python float literal would promote to float64 and change the rounding),
 with IEEE division (``error_model="numpy"``).  If numba is missing, or ``SNIP_FAST=0`` is set,
 callers fall back to the PyTorch path; the test suite checks that both paths agree bit for bit
