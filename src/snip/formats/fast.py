@@ -29,11 +29,11 @@ per-channel and 1-D block scaling along any axis, on fp32 or bf16 input:
   ``snip.runtime.tune_malloc()``.
 
 The older two-pass kernels (``_amax_rows``/``_quant_rows``/``_quant_cols``) still serve
-:func:`snip.formats.encode` and stochastically rounded 2-D weight tiles.  All arithmetic is fp32 (``np.float32``
-constants everywhere: a Python float literal would promote to float64 and change the rounding),
-with IEEE division (``error_model="numpy"``).  If numba is missing, or ``SNIP_FAST=0`` is set,
-callers fall back to the PyTorch path; the test suite checks that both paths agree bit for bit
-on every preset, rounding mode, axis, input dtype and edge case.
+:func:`snip.formats.encode` and stochastically rounded 2-D weight tiles.  All arithmetic is
+fp32 (``np.float32`` constants everywhere: a Python float literal would promote to float64 and
+change the rounding), with IEEE division (``error_model="numpy"``).  If numba is missing, or
+``SNIP_FAST=0`` is set, callers fall back to the PyTorch path; the test suite checks that both
+paths agree bit for bit on every preset, rounding mode, axis, input dtype and edge case.
 """
 
 from __future__ import annotations
