@@ -33,8 +33,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -43,19 +45,34 @@ from torch import nn
 
 from snip.formats import get_spec, quantize
 from snip.nn import QLinear, SaveMode
-from snip.nn.gemm import bf16_gemm_native
+from snip.nn.gemm import bf16_gemm_native, weight_reusable
 from snip.runtime import tune_malloc
 
 try:
-    from benchmarks._util import cpu_info, median_time
+    from benchmarks._util import cpu_info
 except ImportError:  # run as a script from the benchmarks directory
-    from _util import cpu_info, median_time
+    from _util import cpu_info
 
 FULL_SIZES = [(512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048)]
 QUICK_SIZES = [(128, 128, 128), (256, 256, 256)]
 PRESETS = ["mxfp4", "nvfp4", "fp4_e2m1_tile128", "fp8_e4m3"]
 BF16_SLOW_CAP = 1024**3  # largest bf16 baseline (tokens*in*out) where bf16 is not native
 OUT = Path(__file__).parent / "out" / "bench_linear.json"
+
+
+CLOCK = time.perf_counter  # --clock cpu: time.process_time (CPU seconds, load-insensitive)
+
+
+def median_time(fn: Callable[[], object], repeats: int, warmup: int) -> float:
+    """Median seconds (on ``CLOCK``) of ``repeats`` calls after ``warmup`` calls."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        t0 = CLOCK()
+        fn()
+        times.append(CLOCK() - t0)
+    return statistics.median(times)
 
 
 def timed(fn: Callable[[], None], repeats: int, warmup: int = 1) -> float:
@@ -119,7 +136,8 @@ def qlinear_row(t: int, k: int, n: int, preset: str, repeats: int) -> dict[str, 
 
 
 def breakdown(t: int, k: int, n: int, preset: str, repeats: int) -> dict[str, float]:
-    """Where a quantized step's time goes: operand quantization vs the GEMMs themselves."""
+    """Where a quantized step's time goes: operand quantization vs the GEMMs themselves (a
+    weight that fprop quantizes and dgrad reuses, 2-D tiles, is counted once)."""
     spec = get_spec(preset)
     w_spec = spec.for_weight()
     x, w, dy = torch.randn(t, k), torch.randn(n, k), torch.randn(t, n)
@@ -131,6 +149,8 @@ def breakdown(t: int, k: int, n: int, preset: str, repeats: int) -> dict[str, fl
         "wgrad_dy": lambda: quantize(dy, spec, axis=0, rounding=spec.grad_rounding, generator=2),
         "wgrad_x": lambda: quantize(x, spec, axis=0),
     }
+    if weight_reusable(spec, spec):  # the step quantizes W once and reuses it for dgrad
+        del quant["dgrad_w"]
     out = {f"quantize_{name}_ms": timed(fn, repeats) for name, fn in quant.items()}
     gemms = lambda: (x @ w.t(), dy @ w, dy.t() @ x)  # noqa: E731
     out["gemms_fp32_ms"] = timed(gemms, repeats)
@@ -192,11 +212,25 @@ def main() -> None:
                     help="timed bf16 baseline steps at 2048^3 and above (slow on AVX2 CPUs)")
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--mallopt", action="store_true", help="call snip.runtime.tune_malloc() first")
+    ap.add_argument("--size", type=int, default=0, help="one size n x n x n instead of the list")
+    ap.add_argument("--threads", type=int, default=0, help="torch (and kernel) threads; 0: default")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="cpu: time.process_time, the load-insensitive figure (use --threads 1)")
     args = ap.parse_args()
+    global CLOCK
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.clock == "cpu":
+        CLOCK = time.process_time
     if args.mallopt:
         tune_malloc()
     sizes = QUICK_SIZES if args.quick else FULL_SIZES
+    if args.size:
+        sizes = [(args.size,) * 3]
     results = run(sizes, args.repeats, args.bf16_repeats)
+    results["clock"] = args.clock
+    results["loadavg"] = os.getloadavg()
+    results["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     results["command"] = "python benchmarks/bench_linear.py " + " ".join(sys.argv[1:])
     results["mallopt"] = bool(args.mallopt)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -89,6 +89,9 @@ def rows_for(x: torch.Tensor) -> dict[str, Callable[[], object]]:
     return rows
 
 
+CLOCK = time.perf_counter  # --clock cpu: time.process_time (CPU seconds, load-insensitive)
+
+
 def measure(size: int, repeats: int, peers: bool) -> dict[str, float]:
     """Median seconds per row over ``repeats`` interleaved rounds."""
     x = torch.randn(size, size, generator=torch.Generator().manual_seed(0))
@@ -107,14 +110,14 @@ def measure(size: int, repeats: int, peers: bool) -> dict[str, float]:
         fn()  # warm-up: numba compile / cache load, first-touch of the inputs
     for r in range(repeats):
         for name, fn in rows.items():
-            t0 = time.perf_counter()
+            t0 = CLOCK()
             fn()
-            times[name].append(time.perf_counter() - t0)
+            times[name].append(CLOCK() - t0)
         if r < max(2, repeats // 2):  # the peers are 20-40x slower: fewer rounds
             for name, fn in slow.items():
-                t0 = time.perf_counter()
+                t0 = CLOCK()
                 fn()
-                times[name].append(time.perf_counter() - t0)
+                times[name].append(CLOCK() - t0)
     return {k: statistics.median(v) for k, v in times.items()}
 
 
@@ -159,8 +162,16 @@ def main() -> None:
     ap.add_argument("--mallopt", action="store_true",
                     help="call snip.runtime.tune_malloc() first (the child process does)")
     ap.add_argument("--no-child", action="store_true", help="skip the tune_malloc column")
+    ap.add_argument("--threads", type=int, default=0, help="torch (and kernel) threads; 0: default")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="cpu: time.process_time, the load-insensitive figure (use --threads 1)")
     ap.add_argument("--json-only", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    global CLOCK
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.clock == "cpu":
+        CLOCK = time.process_time
     if args.mallopt:
         from snip.runtime import tune_malloc
 
@@ -172,13 +183,16 @@ def main() -> None:
     tuned: dict[str, float] = {}
     if not args.no_child:
         cmd = [sys.executable, __file__, "--size", str(args.size), "--repeats",
-               str(args.repeats), "--mallopt", "--json-only"]
+               str(args.repeats), "--mallopt", "--json-only", "--threads", str(args.threads),
+               "--clock", args.clock]
         done = subprocess.run(cmd, capture_output=True, text=True, check=True)
         tuned = json.loads(done.stdout.strip().splitlines()[-1])
     n = args.size * args.size
     flt = faults_per_call(args.size)
-    print(f"{args.size}x{args.size} fp32, {torch.get_num_threads()} threads; "
-          f"median of {args.repeats} interleaved rounds; CPU: {cpu_info()['summary']}")
+    print(f"{args.size}x{args.size} fp32, {torch.get_num_threads()} threads, {args.clock} clock; "
+          f"median of {args.repeats} interleaved rounds; CPU: {cpu_info()['summary']}; "
+          f"load average {os.getloadavg()[0]:.1f}; "
+          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     print(f"{'row':<34} {'ms':>8} {'Melem/s':>8} {'x copy_':>8} {'x torchao':>9} {'faults':>7}"
           f" | {'tuned ms':>8} {'x copy_':>8} {'x torchao':>9}")
     for k in ms:
@@ -202,11 +216,13 @@ def main() -> None:
     print("no tune_malloc:", {k: round(v, 2) if v else v for k, v in s.items()})
     if st:
         print("tune_malloc:   ", {k: round(v, 2) if v else v for k, v in st.items()})
-    path = write_json("bench_quantize.json", {
+    name = "bench_quantize.json" if args.clock == "wall" else "bench_quantize_cpu.json"
+    path = write_json(name, {
         "size": args.size, "torch": torch.__version__, "machine": platform.machine(),
         "cpu": cpu_info(), "threads": torch.get_num_threads(), "fast_path": fast.enabled(),
         "seconds": ms, "seconds_tune_malloc": tuned, "summary": s, "summary_tune_malloc": st,
-        "minor_faults_per_call": flt,
+        "minor_faults_per_call": flt, "clock": args.clock, "loadavg": os.getloadavg(),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "command": "python benchmarks/bench_quantize.py " + " ".join(sys.argv[1:]),
     })
     print(f"wrote {path}")

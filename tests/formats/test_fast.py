@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from snip.formats import PRESETS, Scaling, encode, fast, get_spec, quantize
+from snip.formats.cast import draw_key
 
 pytestmark = pytest.mark.skipif("not fast.enabled()",
                                 reason="fast path off (numba not installed or SNIP_FAST=0)")
@@ -55,11 +56,32 @@ def test_fast_encode_equals_torch_path(preset, monkeypatch):
     )
 
 
-def test_weight_tiles_fast(monkeypatch):
-    w = torch.randn(200, 300)
-    spec = get_spec("fp4_e2m1_tile128").for_weight()
-    a, b = both_paths(lambda: quantize(w, spec), monkeypatch)
-    assert torch.equal(a, b)
+TILED = [n for n, s in PRESETS.items() if s.for_weight().scaling is Scaling.BLOCK2D]
+
+
+@pytest.mark.parametrize("preset", TILED)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_weight_tiles_fast(preset, dtype, monkeypatch):
+    """2-D weight tiles (fused kernel for RNE, blocked path for SR) equal the reference path:
+    partial edge tiles, NaN/inf tiles, zero tiles, a matrix with no finite tile, both axes."""
+    g = torch.Generator().manual_seed(3)
+    w = torch.randn(200, 300, generator=g) * torch.logspace(-6, 6, 300)
+    w[:16, :16] = 0.0
+    w[20, 40] = float("nan")
+    w[150, 290] = float("-inf")
+    spec = get_spec(preset).for_weight()
+    monkeypatch.setattr(fast, "_PARALLEL_MIN", 0)
+    for m in (w, torch.randn(17, 129, generator=g), torch.full((32, 32), float("inf"))):
+        m = m.to(dtype)
+        for axis in (-1, 0):
+            for rounding in ("rne", "stochastic"):
+                a, b = both_paths(lambda m=m, axis=axis, r=rounding: quantize(
+                    m, spec, axis=axis, rounding=r, generator=4), monkeypatch)
+                monkeypatch.setattr(fast, "_PARALLEL_MIN", 0)
+                assert a.dtype == b.dtype == dtype
+                torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
+    assert fast.fusable(w, spec, fast.Rounding.RNE) == (not spec.hadamard)
+    assert not fast.fusable(w, spec, fast.Rounding.STOCHASTIC) and not fast.fusable(w, spec)
 
 
 def test_kernels_leave_torch_thread_count_alone():
@@ -85,28 +107,70 @@ def test_fused_path_is_taken():
 
 
 def test_kernel_uniforms_equal_counter_uniforms():
+    """Three implementations of one stream: the pure-Python definition, the torch reference
+    path and the numba kernels (scalar form and the pair-buffer form of the row kernels)."""
     from snip.formats.cast import counter_uniforms
 
     key = (123456789, 987654321)
-    for base in (0, 5 << 32, (1 << 40) + 12345):
+    for base in (0, 1, 7, 5 << 32, (1 << 33) - 3, (1 << 40) + 12345):
         idx = torch.arange(base, base + 4096, dtype=torch.int64)
         ref = counter_uniforms(idx, key)
         got = torch.tensor([fast._u01(int(i), *key) for i in idx[:64]])
-        assert torch.equal(got, ref[:64])
+        py = torch.tensor([fast.sr_uniform_reference(key, int(i)) for i in idx[:64]])
+        assert torch.equal(got, ref[:64]) and torch.equal(py, ref[:64])
+        for n in (1, 2, 63, 4096):
+            u16 = torch.from_numpy(fast._fill_uniforms(n, base, *key).astype("int64"))
+            buf = u16[base & 1:(base & 1) + n].float() * 2.0**-16
+            assert torch.equal(buf, ref[:n])
         assert ref.min() >= 0 and ref.max() < 1
+
+
+def test_reference_uniforms_pinned():
+    """The stream is a cross-implementation contract (the GPU port must match it): pin a few
+    values of the definition so that an accidental change cannot pass unnoticed."""
+    key = (1, 2)
+    bits = [int(fast.sr_uniform_reference(key, i) * 2**16) for i in range(4)]
+    h0 = fast._mix32(fast._mix32(0 ^ 1) + 2)  # pair 0: elements 0 (low half) and 1 (high half)
+    h1 = fast._mix32(fast._mix32(1 ^ 1) + 2)
+    assert bits == [h0 & 0xFFFF, h0 >> 16, h1 & 0xFFFF, h1 >> 16]
+    seeded = fast.sr_uniform_reference(5, 3)
+    assert seeded == fast.sr_uniform_reference(draw_key(torch.Generator().manual_seed(5)), 3)
 
 
 def test_uniforms_look_uniform():
     from snip.formats.cast import counter_uniforms
 
-    u = counter_uniforms(torch.arange(1 << 20), (7, 11)).double()
-    assert abs(u.mean().item() - 0.5) < 4 * (1 / 12 / (1 << 20)) ** 0.5
-    hist = torch.histc(u, bins=64, min=0, max=1)
-    expected = (1 << 20) / 64
-    chi2 = ((hist - expected) ** 2 / expected).sum().item()
-    assert chi2 < 120  # 63 degrees of freedom: p ~ 1e-5
-    lag = ((u[1:] - 0.5) * (u[:-1] - 0.5)).mean().item() * 12
-    assert abs(lag) < 0.01  # neighbouring counters are uncorrelated
+    n = 1 << 20
+    for key in ((7, 11), (0, 0), (2**31 - 1, 12345)):
+        u = counter_uniforms(torch.arange(n), key).double()
+        assert abs(u.mean().item() - 0.5) < 4 * (1 / 12 / n) ** 0.5
+        hist = torch.histc(u, bins=64, min=0, max=1)
+        expected = n / 64
+        chi2 = ((hist - expected) ** 2 / expected).sum().item()
+        assert chi2 < 120  # 63 degrees of freedom: p ~ 1e-5
+        # neighbours (the two halves of one hash, and across pairs) are uncorrelated
+        for lag in (1, 2, 3, 4096):
+            c = ((u[lag:] - 0.5) * (u[:-lag] - 0.5)).mean().item() * 12
+            assert abs(c) < 0.01, (key, lag, c)
+        for start in (0, 1):  # joint law of (u_j, u_j+1) on an 8x8 grid, both alignments
+            a = (u[start::2][: n // 2 - 1] * 8).long()
+            b = (u[start + 1::2][: n // 2 - 1] * 8).long()
+            joint = torch.bincount(a * 8 + b, minlength=64).double()
+            e = joint.sum() / 64
+            assert ((joint - e) ** 2 / e).sum().item() < 120, (key, start)
+
+
+def test_stochastic_rounding_probability_resolution():
+    """16 random bits: P(round up) is frac rounded up to a multiple of 2^-16, so a value 1/3 of
+    a step above a grid point rounds up with probability 1/3 within 2^-16 plus noise."""
+    n = 1 << 20
+    x = torch.full((n,), 2.0 + 1 / 12)  # e4m3 step in [2, 4) is 0.25: frac 1/3
+    x[0] = 448.0  # per-tensor scale 1
+    y = quantize(x, "fp8_e4m3", rounding="stochastic", generator=1)[1:]
+    assert sorted(y.unique().tolist()) == [2.0, 2.25]
+    frac = (x[1].item() - 2.0) / 0.25
+    up = (y == 2.25).double().mean().item()
+    assert abs(up - frac) < 2.0**-16 + 5 * (frac * (1 - frac) / n) ** 0.5
 
 
 @pytest.mark.parametrize("preset", ["mxfp4", "nvfp4", "fp4_e2m1_tile128", "fp8_e4m3"])
@@ -139,3 +203,25 @@ def test_output_buffers_are_recycled_but_never_shared():
     assert c.data_ptr() == ptr and torch.equal(c, a_copy)
     c.add_(1)  # the result is an ordinary writable tensor
     fast.release_buffers()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_nvfp4_first_pass_edge_cases(dtype, monkeypatch):
+    """NVFP4 over whole blocks takes the two-pass path (block maxima stored by the first pass):
+    blocks that are all NaN/inf, a tensor with no finite block, zeros, a 1-D tensor, and a size
+    that spans several parallel groups."""
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(64, 512, generator=g) * 100
+    x[0, :16] = float("nan")
+    x[1, 16:32] = float("-inf")
+    x[2] = 0.0
+    cases = [x, torch.full((4, 32), float("nan")), torch.zeros(2, 64),
+             torch.randn(48, generator=g), torch.randn(9, 16 * 700, generator=g) * 1e-3]
+    monkeypatch.setattr(fast, "_PARALLEL_MIN", 0)
+    for case in cases:
+        case = case.to(dtype)
+        for rounding in ("rne", "stochastic"):
+            a, b = both_paths(lambda c=case, r=rounding: quantize(c, "nvfp4", rounding=r,
+                                                                  generator=2), monkeypatch)
+            monkeypatch.setattr(fast, "_PARALLEL_MIN", 0)
+            torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)

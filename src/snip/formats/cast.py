@@ -7,7 +7,7 @@ The math.  For a float format with ``M`` mantissa bits and smallest normal expon
 magnitude ``a`` in binade ``e = max(floor(log2 a), emin)`` lives on the grid ``n * 2^(e - M)``.
 Rounding is therefore "scale by ``2^(M - e)``, round to an integer, scale back", and both scalings
 are exact (powers of two).  Round-to-nearest-even uses ``torch.round`` (ties to even); stochastic
-rounding rounds up with probability ``frac(t)``, compared with a 24-bit uniform ``u`` that is a
+rounding rounds up with probability ``frac(t)``, compared with a 16-bit uniform ``u`` that is a
 keyed hash of the element's index (:func:`uniform_like`: counter-based like Philox, so the fused
 kernels draw the same ``u`` on any number of threads; the stream differs from ``torch.rand``'s).
 Rounding up out of the top binade gives a value above ``max_normal``: that is overflow, which
@@ -82,16 +82,19 @@ def draw_key(generator: torch.Generator | None, device: torch.device | str = "cp
 
 
 def counter_uniforms(index: torch.Tensor, key: tuple[int, int]) -> torch.Tensor:
-    """U[0, 1) fp32 with 24 random bits for each int64 ``index``: a keyed hash, no state.
+    """U[0, 1) fp32 with 16 random bits for each int64 ``index``: a keyed hash, no state.
 
-    ``u = (h >> 8) * 2^-24`` with ``h = mix(mix(lo ^ k0) + k1 + hi * golden)``, ``lo``/``hi`` the
-    32-bit halves of the index.  The fused kernels compute the same expression per element.
+    Two elements share one 32-bit hash of their pair counter ``p = index >> 1``:
+    ``h = mix(mix(lo ^ k0) + k1 + hi * golden)`` (``lo``/``hi`` the 32-bit halves of ``p``), and
+    ``u = ((h >> (16 * (index & 1))) & 0xFFFF) * 2^-16``.  The definition, and why 16 bits are
+    enough, is :func:`snip.formats.fast.sr_uniform_reference`; the fused kernels compute the same.
     """
     k0, k1 = key
-    lo, hi = index & _M32, index >> 32
+    p = index >> 1
+    lo, hi = p & _M32, p >> 32
     h = _hash32(lo ^ k0)
     h = _hash32((h + k1 + ((hi * _GOLDEN) & _M32)) & _M32)
-    return (h >> 8).to(torch.float32) * (2.0**-24)
+    return ((h >> ((index & 1) * 16)) & 0xFFFF).to(torch.float32) * (2.0**-16)
 
 
 def uniform_like(x: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:

@@ -8,14 +8,20 @@ per-channel and 1-D block scaling along any axis, on fp32 or bf16 input:
 * each parallel task takes a run of blocks (~16 KiB), computes their amaxes (as integer maxima
   of ``|x|`` bit patterns, which vectorize), their scales (:func:`_block_scale` repeats
   :mod:`snip.formats.scaling` operation for operation: fp32, e8m0 floor/rceil, NVFP4's e4m3
-  under an fp32 tensor scale), broadcasts the scales into L1, and rounds and rescales the run in
-  one straight vectorized loop, storing straight into the output (bf16 stores round to nearest
-  even like torch).  Only per-tensor scaling and NVFP4 read the input twice (the global amax);
+  under an fp32 tensor scale -- the latter in a branch-free loop over blocks), broadcasts the
+  scales into L1, and rounds and rescales the run in one straight vectorized loop, storing
+  straight into the output (bf16 stores round to nearest even like torch).  Per-tensor scaling
+  and NVFP4 read the input twice (the tensor amax first); NVFP4's first pass also stores every
+  block's maximum, so the second pass only computes scales and rounds;
 * blocks along a middle axis (axis 0 of a matrix: the weight-gradient operands) are handled
-  without a transpose: a task takes ``k`` rows and keeps one scale per column;
-* stochastic rounding draws ``u`` from a keyed counter hash of the element's index in the
-  padded blocks layout (:func:`snip.formats.cast.counter_uniforms`; here as i32 LLVM IR so that
-  it vectorizes): the same numbers whatever the thread count, and the reference path draws them
+  without a transpose: a task takes ``k`` rows and keeps one scale per column; 2-D weight tiles
+  (NVFP4 16x16, 128x128) likewise, one row of tiles per task (round-to-nearest-even only);
+* the element's binade and grid step are computed in i32 LLVM IR (:func:`_pow2_up`): numba
+  widens small-integer arithmetic to i64, which cost more vector instructions than the rounding;
+* stochastic rounding draws a 16-bit ``u`` from a keyed counter hash of the element's index in
+  the padded blocks layout, one 32-bit hash per pair of elements (:func:`sr_uniform_reference`
+  is the definition; here as i32 LLVM IR so that it vectorizes): the same numbers whatever the
+  thread count, and the reference path (:func:`snip.formats.cast.counter_uniforms`) draws them
   too;
 * the output (the only large allocation) comes from :class:`_BufferCache`, which recycles
   snip's own freed output buffers: a fresh 64 MiB allocation page-faults for 5-20x longer than
@@ -23,11 +29,11 @@ per-channel and 1-D block scaling along any axis, on fp32 or bf16 input:
   ``snip.runtime.tune_malloc()``.
 
 The older two-pass kernels (``_amax_rows``/``_quant_rows``/``_quant_cols``) still serve
-:func:`snip.formats.encode` and 2-D weight tiles.  All arithmetic is fp32 (``np.float32``
-constants everywhere: a Python float literal would promote to float64 and change the rounding),
-with IEEE division (``error_model="numpy"``).  If numba is missing, or ``SNIP_FAST=0`` is set,
-callers fall back to the PyTorch path; the test suite checks that both paths agree bit for bit
-on every preset, rounding mode, axis, input dtype and edge case.
+:func:`snip.formats.encode` and stochastically rounded 2-D weight tiles.  All arithmetic is
+fp32 (``np.float32`` constants everywhere: a Python float literal would promote to float64 and
+change the rounding), with IEEE division (``error_model="numpy"``).  If numba is missing, or
+``SNIP_FAST=0`` is set, callers fall back to the PyTorch path; the test suite checks that both
+paths agree bit for bit on every preset, rounding mode, axis, input dtype and edge case.
 """
 
 from __future__ import annotations
@@ -83,6 +89,64 @@ def _follow_torch_threads(numel: int | None = None) -> None:
         n = 1
     if numba.get_num_threads() != n:
         numba.set_num_threads(n)
+
+
+# ---------------------------------------------------------------------------------------------
+# The stochastic-rounding random stream (one definition; every implementation must match it)
+# ---------------------------------------------------------------------------------------------
+
+SR_MIX_A, SR_MIX_B = 0x21F0AAAD, 0x735A2D97  # C. Wellons' "lowbias32" multipliers
+SR_GOLDEN = 0x9E3779B9
+SR_BITS = 16  # random bits per element
+SR_U_SCALE = 2.0**-SR_BITS
+
+
+def _mix32(h: int) -> int:
+    h ^= h >> 16
+    h = (h * SR_MIX_A) & 0xFFFFFFFF
+    h ^= h >> 15
+    h = (h * SR_MIX_B) & 0xFFFFFFFF
+    return h ^ (h >> 15)
+
+
+def sr_uniform_reference(key: tuple[int, int] | int, index: int) -> float:
+    """The stochastic-rounding coin ``u`` in [0, 1) of element ``index`` under ``key``.
+
+    This is *the* definition (pure Python); the numba kernels (``_pair_hash``/``_u16``),
+    :func:`snip.formats.cast.counter_uniforms` (torch) and any GPU port must return the same
+    bits.  ``key = (k0, k1)`` is drawn once per quantize call by
+    :func:`snip.formats.cast.draw_key` (two ``torch.randint(0, 2**31)`` words from the call's
+    generator); an ``int`` seed here means ``draw_key(torch.Generator().manual_seed(seed))``.
+    ``index`` is the element's position in the padded blocks layout (row-major, int64).
+    All arithmetic is on unsigned 32-bit words, wrapping::
+
+        p      = index >> 1                   # two elements share one hash ("pair counter")
+        lo, hi = p & 0xFFFFFFFF, p >> 32
+        h      = mix32(lo ^ k0)
+        h      = mix32((h + k1 + hi * 0x9E3779B9) mod 2^32)
+        bits   = (h >> (16 * (index & 1))) & 0xFFFF    # even index: low half, odd: high half
+        u      = bits * 2^-16
+
+    ``mix32`` is lowbias32: ``h ^= h >> 16; h *= 0x21F0AAAD; h ^= h >> 15; h *= 0x735A2D97;
+    h ^= h >> 15``.  Element ``x`` rounds up iff ``u < frac(x / ulp)`` (the fractional part
+    computed exactly in fp32).
+
+    Why 16 bits are enough: the probability of rounding up becomes ``ceil(frac * 2^16) /
+    2^16`` instead of ``frac``, a bias below ``2^-16`` of one step of the target grid.  For
+    FP8/FP4 elements (at most 3 mantissa bits) that is ``2^-19`` of the value or less, below
+    the fp32 rounding of the scaled inputs' fractions for most values, and far below the
+    ``step / sqrt(n)`` noise of any mean the tests (or training) can observe; for bf16 targets
+    (7 bits) the fraction itself has at most 16 bits, so the coin is exact.  Sharing one 32-bit
+    hash between two elements halves the hashing work, which was as large as the rounding.
+    """
+    if isinstance(key, int):
+        key = draw_key(torch.Generator().manual_seed(key))
+    k0, k1 = key
+    p = index >> 1
+    lo, hi = p & 0xFFFFFFFF, (p >> 32) & 0xFFFFFFFF
+    h = _mix32(lo ^ k0)
+    h = _mix32((h + k1 + hi * SR_GOLDEN) & 0xFFFFFFFF)
+    return ((h >> (16 * (index & 1))) & 0xFFFF) * SR_U_SCALE
 
 
 def enabled() -> bool:
@@ -214,38 +278,99 @@ if AVAILABLE:
 
 if AVAILABLE:
 
-    # ---- counter-based uniforms (same expression as snip.formats.cast.counter_uniforms) ----
+    # ---- counter-based uniforms: the IR form of sr_uniform_reference (defined below) ----
     # Written as LLVM IR on i32: numba would widen uint32 products to 64 bits, and 64-bit
     # vector multiplies made stochastic rounding 2.5x slower than RNE.
 
     def _mix32_ir(builder, h):
         i32 = ir.IntType(32)
         h = builder.xor(h, builder.lshr(h, ir.Constant(i32, 16)))
-        h = builder.mul(h, ir.Constant(i32, 0x21F0AAAD))
+        h = builder.mul(h, ir.Constant(i32, SR_MIX_A))
         h = builder.xor(h, builder.lshr(h, ir.Constant(i32, 15)))
-        h = builder.mul(h, ir.Constant(i32, 0x735A2D97))
+        h = builder.mul(h, ir.Constant(i32, SR_MIX_B))
         return builder.xor(h, builder.lshr(h, ir.Constant(i32, 15)))
 
+    def _pair_hash_ir(builder, p, a, b):
+        """``mix(mix(lo ^ k0) + k1 + hi * golden)`` of the pair counter ``p`` (i64), as i32."""
+        i32, i64 = ir.IntType(32), ir.IntType(64)
+        lo = builder.trunc(p, i32)
+        hi = builder.trunc(builder.lshr(p, ir.Constant(i64, 32)), i32)
+        h = _mix32_ir(builder, builder.xor(lo, builder.trunc(a, i32)))
+        h = builder.add(builder.add(h, builder.trunc(b, i32)),
+                        builder.mul(hi, ir.Constant(i32, SR_GOLDEN)))
+        return _mix32_ir(builder, h)
+
     @intrinsic
-    def _hash24(typingctx, index, k0, k1):
-        """24 random bits: ``mix(mix(lo ^ k0) + k1 + hi * golden) >> 8`` in wrapping i32."""
+    def _pair_hash(typingctx, pair, k0, k1):
+        """The 32-bit hash of one pair counter (two elements' 16-bit uniforms)."""
+        sig = types.uint32(types.int64, types.int64, types.int64)
+
+        def codegen(context, builder, signature, args):
+            return _pair_hash_ir(builder, *args)
+
+        return sig, codegen
+
+    @intrinsic
+    def _u16(typingctx, index, k0, k1):
+        """Element ``index``'s 16 random bits: its half of the hash of pair ``index >> 1``."""
         sig = types.int32(types.int64, types.int64, types.int64)
 
         def codegen(context, builder, signature, args):
             i32, i64 = ir.IntType(32), ir.IntType(64)
             idx, a, b = args
-            lo = builder.trunc(idx, i32)
-            hi = builder.trunc(builder.lshr(idx, ir.Constant(i64, 32)), i32)
-            h = _mix32_ir(builder, builder.xor(lo, builder.trunc(a, i32)))
-            h = builder.add(builder.add(h, builder.trunc(b, i32)),
-                            builder.mul(hi, ir.Constant(i32, 0x9E3779B9)))
-            return builder.lshr(_mix32_ir(builder, h), ir.Constant(i32, 8))
+            h = _pair_hash_ir(builder, builder.ashr(idx, ir.Constant(i64, 1)), a, b)
+            shift = builder.mul(builder.trunc(builder.and_(idx, ir.Constant(i64, 1)), i32),
+                                ir.Constant(i32, 16))
+            return builder.and_(builder.lshr(h, shift), ir.Constant(i32, 0xFFFF))
 
         return sig, codegen
 
     @njit(inline="always", error_model="numpy")
     def _u01(index, k0, k1):
-        return np.float32(_hash24(index, k0, k1)) * np.float32(2.0**-24)
+        """One element's uniform (scalar form; the row kernels use :func:`_fill_uniforms`)."""
+        return np.float32(_u16(index, k0, k1)) * np.float32(SR_U_SCALE)
+
+    @njit(inline="always", error_model="numpy")
+    def _fill_uniforms(n, base, k0, k1):
+        """16-bit uniforms of elements ``base .. base + n - 1`` (as a uint16 array of which
+        element ``j`` is entry ``(base & 1) + j``): one hash per *pair* of elements, in a loop
+        that vectorizes; halves the hashing work of stochastic rounding."""
+        p0 = base >> 1
+        npair = ((base + n + 1) >> 1) - p0
+        h = np.empty(npair, np.uint32)
+        for q in range(npair):
+            h[q] = _pair_hash(p0 + q, k0, k1)
+        return h.view(np.uint16)
+
+    # ---- the element grid's step, in i32 (numba would widen the exponent arithmetic to i64,
+    # which costs more vector instructions than the rounding itself) ----
+
+    def _binade_pow2_factory(sign):
+        @intrinsic
+        def binade_pow2(typingctx, a, emin, emax, off):
+            """``2^(sign * e + off)`` for ``e = clamp(floor(log2 |a|), emin, emax + 1)``."""
+            sig = types.float32(types.float32, types.int64, types.int64, types.int64)
+
+            def codegen(context, builder, signature, args):
+                i32 = ir.IntType(32)
+                x, lo, hi, c = args
+                e = builder.sub(builder.ashr(builder.bitcast(x, i32), ir.Constant(i32, 23)),
+                                ir.Constant(i32, 127))
+                lo32 = builder.trunc(lo, i32)
+                hi32 = builder.add(builder.trunc(hi, i32), ir.Constant(i32, 1))
+                e = builder.select(builder.icmp_signed("<", e, lo32), lo32, e)
+                e = builder.select(builder.icmp_signed(">", e, hi32), hi32, e)
+                if sign < 0:
+                    e = builder.sub(ir.Constant(i32, 0), e)
+                k = builder.add(builder.add(e, builder.trunc(c, i32)), ir.Constant(i32, 127))
+                return builder.bitcast(builder.shl(k, ir.Constant(i32, 23)), ir.FloatType())
+
+            return sig, codegen
+
+        return binade_pow2
+
+    _pow2_up = _binade_pow2_factory(1)  # 2^(e + off)
+    _pow2_dn = _binade_pow2_factory(-1)  # 2^(off - e)
 
     # ---- loads and stores of fp32 or bf16 (held as uint16) elements ----
 
@@ -371,6 +496,23 @@ if AVAILABLE:
                 fin = bits < _FINITE_BITS
                 enc[i] = _exp2_int(-kk) if fin else _exp2_int(-128)
                 dec[i] = _exp2_int(kk) if fin else np.float32(np.nan)
+        elif sfmt == 3:  # NVFP4: the e4m3 rounding of _block_scale, branch-free (vectorizes)
+            for i in range(n):
+                bits = m[i]
+                fin = bits < _FINITE_BITS
+                amax = np.int32(bits).view(np.float32) if fin else np.float32(np.inf)
+                b = np.float32(amax * mul)
+                b = np.float32(448.0) if b > np.float32(448.0) else b
+                a = np.float32(abs(b))
+                magic = _pow2_up(a, -6, 8, 20)
+                be = (a + magic) - magic
+                be = np.float32(448.0) if be > np.float32(448.0) else be
+                be = np.float32(np.copysign(be, b))
+                d = np.float32(be * t_dec)
+                e = np.float32(np.float32(1.0) / d)
+                enc[i] = np.float32(3.4028234663852886e38) if e > np.float32(
+                    3.4028234663852886e38) else e
+                dec[i] = d if fin else np.float32(np.nan)
         else:
             for i in range(n):
                 enc[i], dec[i] = _block_scale(_amax_of_bits(m[i]), sfmt, pow2, emax_elem, maxn,
@@ -382,8 +524,7 @@ if AVAILABLE:
         for j in range(xs.shape[0]):
             v = _ld(xs, j) * enc
             a = np.float32(abs(v))
-            e = min(max((a.view(np.int32) >> 23) - 127, emin), emax + 1)
-            magic = _pow2(e + 23 - mbits)
+            magic = _pow2_up(a, emin, emax, 23 - mbits)
             q = (a + magic) - magic
             q = np.float32(np.copysign(maxn if q > maxn else q, v))
             _st(os_, j, q * dec)
@@ -391,15 +532,16 @@ if AVAILABLE:
     @njit(error_model="numpy")
     def _sr_span(xs, os_, enc, dec, base, mbits, emin, emax, maxn, k0, k1):
         """Stochastic rounding onto a float grid, one scale; SR counter ``base + j``."""
+        u16 = _fill_uniforms(xs.shape[0], base, k0, k1)
+        off = base & 1
         for j in range(xs.shape[0]):
-            u = _u01(base + j, k0, k1)
+            u = np.float32(u16[off + j]) * np.float32(SR_U_SCALE)
             v = _ld(xs, j) * enc
             a = np.float32(abs(v))
-            e = min(max((a.view(np.int32) >> 23) - 127, emin), emax + 1)
-            t = a * _pow2(mbits - e)
+            t = a * _pow2_dn(a, emin, emax, mbits)
             n = np.float32(np.floor(t))
             n = n + np.float32(1.0) if u < t - n else n
-            q = n * _pow2(e - mbits)
+            q = n * _pow2_up(a, emin, emax, -mbits)
             q = np.float32(np.copysign(maxn if q > maxn else q, v))
             _st(os_, j, q * dec)
 
@@ -429,8 +571,7 @@ if AVAILABLE:
         for j in range(xs.shape[0]):
             v = _ld(xs, j) * enc[j]
             a = np.float32(abs(v))
-            e = min(max((a.view(np.int32) >> 23) - 127, emin), emax + 1)
-            magic = _pow2(e + 23 - mbits)
+            magic = _pow2_up(a, emin, emax, 23 - mbits)
             q = (a + magic) - magic
             q = np.float32(np.copysign(maxn if q > maxn else q, v))
             _st(os_, j, q * dec[j])
@@ -444,25 +585,25 @@ if AVAILABLE:
             u = _u01(base + j * stride, k0, k1)
             v = _ld(xs, j) * enc[j]
             a = np.float32(abs(v))
-            e = min(max((a.view(np.int32) >> 23) - 127, emin), emax + 1)
-            t = a * _pow2(mbits - e)
+            t = a * _pow2_dn(a, emin, emax, mbits)
             n = np.float32(np.floor(t))
             n = n + np.float32(1.0) if u < t - n else n
-            q = n * _pow2(e - mbits)
+            q = n * _pow2_up(a, emin, emax, -mbits)
             q = np.float32(np.copysign(maxn if q > maxn else q, v))
             _st(os_, j, q * dec[j])
 
     @njit(error_model="numpy")
     def _sr_span_vec1(xs, os_, enc, dec, base, mbits, emin, emax, maxn, k0, k1):
+        u16 = _fill_uniforms(xs.shape[0], base, k0, k1)
+        off = base & 1
         for j in range(xs.shape[0]):
-            u = _u01(base + j, k0, k1)
+            u = np.float32(u16[off + j]) * np.float32(SR_U_SCALE)
             v = _ld(xs, j) * enc[j]
             a = np.float32(abs(v))
-            e = min(max((a.view(np.int32) >> 23) - 127, emin), emax + 1)
-            t = a * _pow2(mbits - e)
+            t = a * _pow2_dn(a, emin, emax, mbits)
             n = np.float32(np.floor(t))
             n = n + np.float32(1.0) if u < t - n else n
-            q = n * _pow2(e - mbits)
+            q = n * _pow2_up(a, emin, emax, -mbits)
             q = np.float32(np.copysign(maxn if q > maxn else q, v))
             _st(os_, j, q * dec[j])
 
@@ -483,14 +624,18 @@ if AVAILABLE:
             _st(os_, j, q * dec[j])
 
     @njit(error_model="numpy")
-    def _run(xs, os_, k, nblk, base, sfmt, pow2, emax_elem, maxn, mul, t_dec, is_int, mbits,
+    def _run(xs, os_, k, nblk, base, mb, sfmt, pow2, emax_elem, maxn, mul, t_dec, is_int, mbits,
              emin, emax, maxne, step, inv_step, sr, k0, k1):
-        """``nblk`` consecutive blocks of ``k`` (the last may be short): amaxes, scales, then one
-        scale per element broadcast into L1 and one straight vectorized pass over the run."""
+        """``nblk`` consecutive blocks of ``k`` (the last may be short): amaxes (or the block
+        maxima ``mb`` of a first pass, when not empty), scales, then one scale per element
+        broadcast into L1 and one straight vectorized pass over the run."""
         n = xs.shape[0]
-        m = np.empty(nblk, np.int32)
-        for b in range(nblk):
-            m[b] = _max_bits(xs[b * k:min(n, (b + 1) * k)])
+        if mb.shape[0] > 0:
+            m = mb
+        else:
+            m = np.empty(nblk, np.int32)
+            for b in range(nblk):
+                m[b] = _max_bits(xs[b * k:min(n, (b + 1) * k)])
         enc = np.empty(nblk, np.float32)
         dec = np.empty(nblk, np.float32)
         _scales(m, enc, dec, sfmt, pow2, emax_elem, maxn, mul, t_dec)
@@ -503,9 +648,9 @@ if AVAILABLE:
                       inv_step, sr, k0, k1)
 
     @njit(parallel=True, cache=True, error_model="numpy")
-    def _fused_rows(x, out, n_rows, length, k_rt, kt, padded, sfmt, pow2, emax_elem, maxn, mul,
-                    t_dec, fix_enc, fix_dec, is_int, mbits, emin, emax, maxne, step, inv_step, sr,
-                    k0, k1):
+    def _fused_rows(x, out, n_rows, length, k_rt, kt, padded, bmax, sfmt, pow2, emax_elem, maxn,
+                    mul, t_dec, fix_enc, fix_dec, is_int, mbits, emin, emax, maxne, step, inv_step,
+                    sr, k0, k1):
         """Fake-quantize blocks of ``k`` along the last axis of ``x`` viewed ``(n_rows, length)``.
 
         Each parallel task takes a run of blocks of one row (about ``_CHUNK`` elements): their
@@ -516,7 +661,8 @@ if AVAILABLE:
 
         ``kt`` is a tuple whose *length* is the block size when that is small (16, 32): numba
         then compiles the kernel for that size, with constant trip counts that LLVM unrolls into
-        whole vectors; ``kt == ()`` means "use ``k_rt``".
+        whole vectors; ``kt == ()`` means "use ``k_rt``".  ``bmax``: the int32 |x| bit maxima of
+        all ``n_rows * nb`` blocks when a first pass computed them (NVFP4), else empty.
         """
         k = len(kt) if len(kt) > 0 else k_rt
         nb = (length + k - 1) // k
@@ -534,8 +680,9 @@ if AVAILABLE:
                 _span(x[start:stop], out[start:stop], fix_enc, fix_dec, base, is_int, mbits,
                       emin, emax, maxne, step, inv_step, sr, k0, k1)
                 continue
-            _run(x[start:stop], out[start:stop], k, b1 - b0, base, sfmt, pow2, emax_elem, maxn,
-                 mul, t_dec, is_int, mbits, emin, emax, maxne, step, inv_step, sr, k0, k1)
+            mb = bmax[r * nb + b0:r * nb + b1] if bmax.shape[0] > 0 else bmax
+            _run(x[start:stop], out[start:stop], k, b1 - b0, base, mb, sfmt, pow2, emax_elem,
+                 maxn, mul, t_dec, is_int, mbits, emin, emax, maxne, step, inv_step, sr, k0, k1)
 
     @njit(parallel=True, cache=True, error_model="numpy")
     def _fused_cols(x, out, n_outer, length, inner, k, padded, sfmt, pow2, emax_elem, maxn, mul,
@@ -564,6 +711,84 @@ if AVAILABLE:
                 _any_span_vec(x[lo:lo + inner], out[lo:lo + inner], enc, dec,
                               o * inner * padded + li, padded, is_int, mbits, emin, emax, maxne,
                               step, inv_step, sr, k0, k1)
+
+    @njit(parallel=True, cache=True, error_model="numpy")
+    def _block_max_bits(x, kt, bmax):
+        """NVFP4's first pass over whole blocks of ``len(kt)`` (a compile-time block size) of the
+        flat ``x``: every block's |x| bit maximum into ``bmax``, and the tensor amax of the
+        blocks that hold no NaN/inf (0 if none), which the second pass (:func:`_fused_rows`
+        with ``bmax``) needs before it can scale any block."""
+        k = len(kt)
+        nb = bmax.shape[0]
+        group = max(1, _CHUNK // k)
+        ng = (nb + group - 1) // group
+        part = np.zeros(ng, np.int32)
+        for g in prange(ng):
+            b0 = g * group
+            b1 = min(nb, b0 + group)
+            for b in range(b0, b1):
+                bmax[b] = _max_bits(x[b * k:(b + 1) * k])
+            best = np.int32(0)
+            for b in range(b0, b1):
+                v = bmax[b]
+                v = v if v < _FINITE_BITS else np.int32(0)
+                best = v if v > best else best
+            part[g] = best
+        return np.int32(part.max()).view(np.float32)
+
+    @njit(parallel=True, cache=True, error_model="numpy")
+    def _tile_max_bits(x, r, c, k, bmax):
+        """Square ``k x k`` tiles of the matrix ``x`` (flat, ``r x c``; edge tiles partial):
+        every tile's |x| bit maximum into ``bmax`` (row-major over tiles), and the tensor amax
+        of the tiles that hold no NaN/inf (NVFP4's tensor scale needs it first)."""
+        rb = (r + k - 1) // k
+        cb = (c + k - 1) // k
+        part = np.zeros(rb, np.int32)
+        for tb in prange(rb):
+            m = bmax[tb * cb:(tb + 1) * cb]
+            m[:] = 0
+            for i in range(tb * k, min(r, (tb + 1) * k)):
+                for t in range(cb):
+                    v = _max_bits(x[i * c + t * k:i * c + min(c, (t + 1) * k)])
+                    m[t] = v if v > m[t] else m[t]
+            best = np.int32(0)
+            for t in range(cb):
+                v = m[t] if m[t] < _FINITE_BITS else np.int32(0)
+                best = v if v > best else best
+            part[tb] = best
+        return np.int32(part.max()).view(np.float32)
+
+    @njit(parallel=True, cache=True, error_model="numpy")
+    def _fused_tiles(x, out, r, c, k, bmax, sfmt, pow2, emax_elem, maxn, mul, t_dec, mbits, emin,
+                     emax, maxne):
+        """RNE fake-quantization of ``x`` (flat ``r x c``) with one scale per ``k x k`` tile (the
+        2-D weight tiles), without the tile transpose: each task takes one row of tiles, computes
+        (or, with ``bmax``, reads) their maxima and scales, broadcasts the scales along a row
+        once, and rounds the ``k`` rows while they are in cache."""
+        rb = (r + k - 1) // k
+        cb = (c + k - 1) // k
+        for tb in prange(rb):
+            i0 = tb * k
+            i1 = min(r, i0 + k)
+            if bmax.shape[0] > 0:
+                m = bmax[tb * cb:(tb + 1) * cb]
+            else:
+                m = np.zeros(cb, np.int32)
+                for i in range(i0, i1):
+                    for t in range(cb):
+                        v = _max_bits(x[i * c + t * k:i * c + min(c, (t + 1) * k)])
+                        m[t] = v if v > m[t] else m[t]
+            enc = np.empty(cb, np.float32)
+            dec = np.empty(cb, np.float32)
+            _scales(m, enc, dec, sfmt, pow2, emax_elem, maxn, mul, t_dec)
+            enc_e = np.empty(c, np.float32)
+            dec_e = np.empty(c, np.float32)
+            for t in range(cb):
+                enc_e[t * k:min(c, (t + 1) * k)] = enc[t]
+                dec_e[t * k:min(c, (t + 1) * k)] = dec[t]
+            for i in range(i0, i1):
+                _rne_span_vec(x[i * c:(i + 1) * c], out[i * c:(i + 1) * c], enc_e, dec_e, mbits,
+                              emin, emax, maxne)
 
     @njit(parallel=True, cache=True, error_model="numpy")
     def _clean_amax(x, n_rows, length, inner, k):
@@ -768,13 +993,21 @@ def release_buffers() -> None:
 # ---------------------------------------------------------------------------------------------
 
 _IO_DTYPES = (torch.float32, torch.bfloat16)
+_NO_BMAX = np.empty(0, np.int32)  # "no first pass": the kernels compute block maxima themselves
 
 
-def fusable(x: torch.Tensor, spec: QuantSpec) -> bool:
-    """Whether :func:`quantize_fused` handles this input and spec (else: the blocked path)."""
-    return (enabled() and x.device.type == "cpu" and x.dtype in _IO_DTYPES and x.numel() > 0
-            and x.dim() > 0 and supports(spec.element) and not spec.hadamard
-            and spec.scaling in (Scaling.TENSOR, Scaling.CHANNEL, Scaling.BLOCK))
+def fusable(x: torch.Tensor, spec: QuantSpec, rounding: Rounding | None = None) -> bool:
+    """Whether :func:`quantize_fused` handles this input and spec (else: the blocked path).
+
+    2-D tiles (``Scaling.BLOCK2D``: NVFP4 and 128x128 weight tiles) are fused for matrices
+    with round-to-nearest-even when the caller says so (``rounding``); stochastic rounding of
+    tiles (whose SR counter follows the transposed tile layout) takes the blocked path."""
+    if not (enabled() and x.device.type == "cpu" and x.dtype in _IO_DTYPES and x.numel() > 0
+            and x.dim() > 0 and supports(spec.element) and not spec.hadamard):
+        return False
+    if spec.scaling is Scaling.BLOCK2D:
+        return (x.dim() == 2 and rounding is Rounding.RNE and spec.element.kind is not Kind.INT)
+    return spec.scaling in (Scaling.TENSOR, Scaling.CHANNEL, Scaling.BLOCK)
 
 
 def _np(t: torch.Tensor) -> np.ndarray:
@@ -819,11 +1052,13 @@ def quantize_fused(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Roundi
             f32(fmt.step), f32(1.0 / fmt.step), sr, k0, k1)
     sfmt, pow2, emax_elem, maxn = _scale_params(spec)
     n = x.numel()
+    if spec.scaling is Scaling.BLOCK2D:
+        return _quantize_tiles(x, out, xs, os_, spec, sfmt, pow2, emax_elem, maxn)
     if spec.scaling is Scaling.TENSOR:
         amax = torch.tensor([[float(_tensor_amax(xs, _CHUNK))]], dtype=torch.float32)
         sc = fp32_scales(amax, spec)
-        _fused_rows(xs, os_, 1, n, _CHUNK, (), n, -1, pow2, emax_elem, maxn, f32(0), f32(0),
-                    f32(sc.encode.item()), f32(sc.decode.item()), *elem)
+        _fused_rows(xs, os_, 1, n, _CHUNK, (), n, _NO_BMAX, -1, pow2, emax_elem, maxn, f32(0),
+                    f32(0), f32(sc.encode.item()), f32(sc.decode.item()), *elem)
         return out
     outer = int(np.prod(x.shape[:axis], dtype=np.int64))
     length = x.shape[axis]
@@ -831,18 +1066,47 @@ def quantize_fused(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Roundi
     k = length if spec.scaling is Scaling.CHANNEL else spec.block
     padded = -(-length // k) * k
     mul = t_dec = f32(0)
+    bmax = _NO_BMAX
+    whole = inner == 1 and length % k == 0
+    kt = (0,) * k if k in (16, 32) and length % k == 0 else ()
     if sfmt == 3:
-        x_amax = torch.tensor(float(_clean_amax(xs, outer, length, inner, k)))
+        if whole and kt:  # one pass for all block maxima and the tensor amax; reused below
+            bmax = np.empty(n // k, np.int32)
+            x_amax = torch.tensor(float(_block_max_bits(xs, kt, bmax)))
+        else:
+            x_amax = torch.tensor(float(_clean_amax(xs, outer, length, inner, k)))
         s_enc = nvfp4_encode_scale(x_amax, spec)
         inv_elem = torch.tensor(1.0 / fmt.max_normal, dtype=torch.float32)
         mul, t_dec = f32((s_enc * inv_elem).item()), f32((1.0 / s_enc).item())
     if inner == 1:
-        if length % k == 0:  # whole blocks: rows do not matter, one long row balances best
+        if whole:  # whole blocks: rows do not matter, one long row balances best
             outer, length, padded = 1, outer * length, outer * length
-        kt = (0,) * k if k in (16, 32) and length % k == 0 else ()
-        _fused_rows(xs, os_, outer, length, k, kt, padded, sfmt, pow2, emax_elem, maxn, mul, t_dec,
-                    f32(0), f32(0), *elem)
+        _fused_rows(xs, os_, outer, length, k, kt, padded, bmax, sfmt, pow2, emax_elem, maxn, mul,
+                    t_dec, f32(0), f32(0), *elem)
     else:
         _fused_cols(xs, os_, outer, length, inner, k, padded, sfmt, pow2, emax_elem, maxn, mul,
                     t_dec, *elem)
+    return out
+
+
+def _quantize_tiles(x: torch.Tensor, out: torch.Tensor, xs: np.ndarray, os_: np.ndarray,
+                    spec: QuantSpec, sfmt: int, pow2: bool, emax_elem: int,
+                    maxn: np.float32) -> torch.Tensor:
+    """RNE with square 2-D tiles (same tiles whatever the axis: a tile's scale is its amax)."""
+    from snip.formats.scaling import nvfp4_encode_scale
+
+    f32 = np.float32
+    fmt = spec.element
+    r, c = x.shape
+    k = spec.block
+    bmax = _NO_BMAX
+    mul = t_dec = f32(0)
+    if sfmt == 3:
+        bmax = np.empty(-(-r // k) * -(-c // k), np.int32)
+        x_amax = torch.tensor(float(_tile_max_bits(xs, r, c, k, bmax)))
+        s_enc = nvfp4_encode_scale(x_amax, spec)
+        inv_elem = torch.tensor(1.0 / fmt.max_normal, dtype=torch.float32)
+        mul, t_dec = f32((s_enc * inv_elem).item()), f32((1.0 / s_enc).item())
+    _fused_tiles(xs, os_, r, c, k, bmax, sfmt, pow2, emax_elem, maxn, mul, t_dec, fmt.mbits,
+                 fmt.emin, fmt.emax, f32(fmt.max_normal))
     return out

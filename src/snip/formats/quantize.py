@@ -138,7 +138,7 @@ def _quantize(
         return x.clone()
     if spec.scaling is Scaling.NONE:
         return cast(x, spec.element, mode, saturate=True, generator=gen)
-    if fast.fusable(x, spec):
+    if fast.fusable(x, spec, mode):
         return fast.quantize_fused(x, spec, axis, mode, gen)
     xf = _working(x)
     if spec.hadamard:
