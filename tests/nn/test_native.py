@@ -216,3 +216,58 @@ def test_native_close_to_emulated_on_device(device):
         got = run(GemmImpl.NATIVE, preset, x, w, dy)
         for r, g in zip(ref[:3], got[:3], strict=True):
             assert N.sqnr_db(r, g) > 40  # bf16 output for rowwise on CUDA
+
+
+@pytest.mark.parametrize(("preset", "quantizations", "saved"), [
+    ("fp8_e4m3", 3, 48 * 64 + 4),   # tensor scale, RNE: X, W, dY once each; X saved as codes
+    ("fp8_e4m3_row", 6, 48 * 64 * 4),  # one scale per row: every operand per GEMM; X kept fp32
+])
+def test_axis_free_codes_are_quantized_once(preset, quantizations, saved, monkeypatch):
+    import snip.nn.gemm as G
+
+    x, w, dy = data()
+    ref = run(GemmImpl.EMULATED, preset, x, w, dy)
+    n = []
+    real = G.fp8_operand
+    monkeypatch.setattr(G, "fp8_operand", lambda *a: n.append(1) or real(*a))
+    lin = QLinear(64, 32, bias=False, specs=preset, seed=3)
+    lin.set_gemm("native", strict=True)
+    with torch.no_grad():
+        lin.weight.copy_(w)
+    xi = x.clone().requires_grad_(True)
+    y = lin(xi)
+    assert lin.saved_bytes == saved
+    y.backward(dy)
+    assert len(n) == quantizations
+    for r, g in zip(ref[:3], (y.detach(), xi.grad, lin.weight.grad), strict=True):
+        assert N.sqnr_db(r, g) > 60
+
+
+def test_compiled_quantizer_is_opt_in_and_cuda_only(monkeypatch):
+    monkeypatch.setenv("SNIP_FP8_COMPILE", "1")
+    assert N.compiled_quantizer(torch.device("cpu")) is None
+    monkeypatch.setenv("SNIP_FP8_COMPILE", "0")
+    assert N.compiled_quantizer(torch.device("cuda")) is None
+
+
+@pytest.mark.parametrize("preset", ["fp8_e4m3", "fp8_e4m3_row"])
+@pytest.mark.parametrize("save", ["hp", "encoded"])
+def test_shapes_cublas_refuses_run_emulated(preset, save, monkeypatch):
+    """A GEMM whose shapes break cuBLASLt's rules (dims not multiples of 16) runs emulated --
+    also when forward already saved FP8 codes for it."""
+    import snip.nn.gemm as G
+
+    x, w, dy = data()
+    ref = run(GemmImpl.EMULATED, preset, x, w, dy, save=save)
+    seen = calls(monkeypatch)
+    monkeypatch.setattr(G, "shapes_ok", lambda a, b: False)
+    got = run(GemmImpl.NATIVE, preset, x, w, dy, save=save)
+    assert not seen
+    for r, g in zip(ref[:3], got[:3], strict=True):
+        assert torch.equal(r, g)
+    # only the backward GEMMs refused: forward native, backward emulated from saved codes
+    monkeypatch.setattr(G, "shapes_ok", lambda a, b: a.codes.shape[1] == x.shape[1])
+    got = run(GemmImpl.NATIVE, preset, x, w, dy, save=save)
+    assert len(seen) == 1
+    for r, g in zip(ref[:3], got[:3], strict=True):
+        assert N.sqnr_db(r, g) > 60

@@ -76,12 +76,14 @@ from snip.formats import QTensor, QuantSpec, Rounding, ScaleFormat, Scaling, enc
 from snip.nn.native import (
     Fp8Operand,
     GemmImpl,
+    axis_free,
     fp8_from_qtensor,
     fp8_operand,
     native_spec,
     resolve_native,
     scaled_mm,
     shapes_ok,
+    transposed,
 )
 from snip.nn.specs import Gemm, GemmSpecs
 
@@ -234,6 +236,7 @@ class _Saved:
         self.x: torch.Tensor | QTensor | None = None
         self.w: torch.Tensor | QTensor | None = None
         self.w_quantized = False
+        self.dy: tuple[QuantSpec, Fp8Operand] | None = None  # native: dY codes shared by GEMMs
 
     def keep(self, name: str, value: torch.Tensor | QTensor, *, weight: bool,
              counted: bool = True) -> None:
@@ -248,7 +251,7 @@ class _Saved:
         """Plain tensors go through ``save_for_backward`` (version checks, saved-tensor hooks)."""
         ctx.save_for_backward(*(v if isinstance(v, torch.Tensor) else None
                                 for v in (self.x, self.w)))
-        ctx.packed = tuple(v if isinstance(v, QTensor) else None for v in (self.x, self.w))
+        ctx.packed = tuple(None if isinstance(v, torch.Tensor) else v for v in (self.x, self.w))
         ctx.w_quantized = self.w_quantized
         ctx.native = self.native
         self.x = self.w = None
@@ -263,7 +266,9 @@ class _Saved:
         return saved
 
 
-def _nbytes(v: torch.Tensor | QTensor) -> int:
+def _nbytes(v: torch.Tensor | QTensor | Fp8Operand) -> int:
+    if isinstance(v, Fp8Operand):
+        return v.codes.numel() + v.scale.numel() * 4
     return v.nbytes if isinstance(v, QTensor) else v.numel() * v.element_size()
 
 
@@ -363,6 +368,8 @@ def _dgrad(dy2: torch.Tensor, saved: _Saved) -> torch.Tensor:
             return out
     if isinstance(saved.w, QTensor):
         wq = saved.w.dequantize(torch.float32)
+    elif isinstance(saved.w, Fp8Operand):  # native fprop's axis-free W codes
+        wq = saved.w.dequantize()
     elif saved.w_quantized:
         wq = saved.w
     else:
@@ -381,6 +388,8 @@ def _wgrad(dy2: torch.Tensor, saved: _Saved) -> torch.Tensor:
             return out
     if isinstance(saved.x, QTensor):
         xq = saved.x.dequantize(torch.float32)
+    elif isinstance(saved.x, Fp8Operand):  # native fprop's axis-free X codes
+        xq = saved.x.dequantize()
     else:
         seed = operand_seed(cfg.seed, cfg.step, Gemm.WGRAD, Operand.INPUT)
         xq = quantize_operand(saved.x, w, 0, w.rounding, seed)
@@ -408,19 +417,28 @@ def _native_fprop(x2: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
     if not shapes_ok(a, b):
         return None
     if keep:
-        d = cfg.specs.dgrad.for_weight()
-        if cfg.save is SaveMode.ENCODED and not d.is_identity:
+        s = cfg.specs
+        d = s.dgrad.for_weight()
+        if axis_free(wf) and d == wf:  # the dgrad operand is these codes, transposed
+            saved.keep("weight_fp8", b, weight=True)
+        elif cfg.save is SaveMode.ENCODED and not d.is_identity:
             dseed = operand_seed(cfg.seed, cfg.step, Gemm.DGRAD, Operand.WEIGHT)
             saved.keep("weight_dgrad", encode_operand(weight, d, 0, d.rounding, dseed),
                        weight=True)
         else:
             saved.keep("weight", weight, weight=True, counted=False)
-        _save_input(x2, saved)
+        if axis_free(f) and s.wgrad == f:  # the wgrad operand is these codes, transposed
+            saved.keep("input_fp8", a, weight=False)
+        else:
+            _save_input(x2, saved)
     return scaled_mm(a, b, fast_accum=True, bias=bias)
 
 
-def _operand_along_rows(v: torch.Tensor | QTensor, spec: QuantSpec, seed: int) -> Fp8Operand:
+def _operand_along_rows(v: torch.Tensor | QTensor | Fp8Operand, spec: QuantSpec, seed: int
+                        ) -> Fp8Operand:
     """A saved operand quantized along axis 0, codes transposed (contraction axis last)."""
+    if isinstance(v, Fp8Operand):
+        return transposed(v)
     if isinstance(v, QTensor):
         return fp8_from_qtensor(v)
     return _fp8(v, spec, 0, spec.rounding, seed)
@@ -433,6 +451,8 @@ def _native_dgrad(dy2: torch.Tensor, saved: _Saved) -> torch.Tensor | None:
         return None
     a = _fp8(dy2, d, -1, d.grad_rounding,
              operand_seed(cfg.seed, cfg.step, Gemm.DGRAD, Operand.GRAD_OUTPUT))
+    if axis_free(d, d.grad_rounding):
+        saved.dy = (d, a)  # wgrad with the same spec takes these codes, transposed
     b = _operand_along_rows(saved.w, wd,
                             operand_seed(cfg.seed, cfg.step, Gemm.DGRAD, Operand.WEIGHT))
     return scaled_mm(a, b) if shapes_ok(a, b) else None
@@ -440,8 +460,11 @@ def _native_dgrad(dy2: torch.Tensor, saved: _Saved) -> torch.Tensor | None:
 
 def _native_wgrad(dy2: torch.Tensor, saved: _Saved) -> torch.Tensor | None:
     cfg, w = saved.cfg, saved.cfg.specs.wgrad
-    a = _fp8(dy2, w, 0, w.grad_rounding,
-             operand_seed(cfg.seed, cfg.step, Gemm.WGRAD, Operand.GRAD_OUTPUT))
+    if saved.dy is not None and saved.dy[0] == w:
+        a = transposed(saved.dy[1])
+    else:
+        a = _fp8(dy2, w, 0, w.grad_rounding,
+                 operand_seed(cfg.seed, cfg.step, Gemm.WGRAD, Operand.GRAD_OUTPUT))
     b = _operand_along_rows(saved.x, w, operand_seed(cfg.seed, cfg.step, Gemm.WGRAD,
                                                      Operand.INPUT))
     return scaled_mm(a, b) if shapes_ok(a, b) else None

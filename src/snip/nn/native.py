@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import os
 import warnings
 from dataclasses import dataclass
 
@@ -123,6 +124,28 @@ def _describe(device: torch.device) -> str:
     return f"device {device}"
 
 
+def _amax(x: torch.Tensor, dim: int | None) -> torch.Tensor:
+    return x.abs().amax() if dim is None else x.abs().amax(dim=dim)
+
+
+def _codes(x: torch.Tensor, enc: torch.Tensor, m: float, fp8: torch.dtype) -> torch.Tensor:
+    return (x * enc).clamp(-m, m).to(fp8)
+
+
+_COMPILED: list = []
+
+
+def compiled_quantizer(device: torch.device):
+    """``(amax, codes)`` compiled with ``torch.compile`` (one fused pass each instead of ~5
+    eager ones) when ``SNIP_FP8_COMPILE=1`` and ``device`` is CUDA; else ``None``.  Opt-in
+    until ``benchmarks/gpu_check.py`` has shown on a GPU that it gives the eager bits."""
+    if device.type != "cuda" or os.environ.get("SNIP_FP8_COMPILE", "0") != "1":
+        return None
+    if not _COMPILED:
+        _COMPILED.extend(torch.compile(f, dynamic=False) for f in (_amax, _codes))
+    return _COMPILED
+
+
 @dataclass(frozen=True)
 class Fp8Operand:
     """One GEMM operand as ``torch._scaled_mm`` takes it: ``codes`` ``(rows, K)`` row-major with
@@ -149,16 +172,14 @@ def fp8_operand(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Rounding,
         # the emulated cast for RNE FP8 is ``(x * encode).clamp(+-max).to(fp8)``: do only that
         from snip.formats.scaling import scales_from_amax
 
-        if spec.scaling is Scaling.TENSOR:
-            amax = x.abs().amax().float().reshape(1, 1)
-        else:
-            amax = x.abs().amax(dim=0 if along_rows else 1).float().reshape(-1, 1)
+        fused = compiled_quantizer(x.device)
+        dim = None if spec.scaling is Scaling.TENSOR else (0 if along_rows else 1)
+        amax = (fused[0] if fused else _amax)(x, dim).float().reshape(-1, 1)
         sc = scales_from_amax(amax, spec)
         # never a 0-dim scale: bf16 * 0-dim fp32 would stay bf16 (torch's type promotion)
         enc = sc.encode.reshape(1, 1) if spec.scaling is Scaling.TENSOR else (
             sc.encode.reshape(1, -1) if along_rows else sc.encode)
-        m = spec.element.max_normal
-        codes = (x * enc).clamp_(-m, m).to(fp8)
+        codes = (fused[1] if fused else _codes)(x, enc, spec.element.max_normal, fp8)
         if along_rows:
             codes = codes.t().contiguous()
         return Fp8Operand(codes, sc.decode.reshape(()) if spec.scaling is Scaling.TENSOR
@@ -170,6 +191,21 @@ def fp8_operand(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Rounding,
         codes = codes.t().contiguous() if along_rows else codes
         return Fp8Operand(codes, sc.decode.reshape(()))
     return Fp8Operand(q.to(fp8), sc.decode.reshape(-1, 1))  # blocks are the slices already
+
+
+def axis_free(spec: QuantSpec, rounding: Rounding | None = None) -> bool:
+    """Whether an operand's FP8 codes do not depend on the quantization axis: one tensor scale
+    and round-to-nearest (no counter-indexed coins), so the codes along axis 0 are the codes
+    along axis -1, transposed -- quantized once, used by two GEMMs."""
+    rounding = spec.rounding if rounding is None else rounding
+    return native_spec(spec) and spec.scaling is Scaling.TENSOR and rounding is Rounding.RNE
+
+
+def transposed(op: Fp8Operand) -> Fp8Operand:
+    """The same tensor-scaled codes with the other axis last."""
+    if op.scale.numel() != 1:
+        raise ValueError("only tensor-scaled FP8 codes can be transposed")
+    return Fp8Operand(op.codes.t().contiguous(), op.scale)
 
 
 def fp8_from_qtensor(qt: QTensor) -> Fp8Operand:
