@@ -12,7 +12,9 @@ Sections (each prints a block of the report and lands in ``<out>/gpu_check.json`
    torchao's (``to_mx`` for MX formats, NVFP4Tensor, float8 tensorwise), each guarded: a missing
    or failing torchao API is recorded, not fatal.
 3. ``linear``: FP8 ``QLinear`` (gemm="native", tensorwise and rowwise) forward+backward against
-   a bf16 ``nn.Linear`` at 4096^3 and 8192^3 (T = in = out), plus the emulated FP8 QLinear;
+   a bf16 ``nn.Linear`` at 4096^3 and 8192^3 (T = in = out), plus the emulated FP8 QLinear and,
+   at 8192^3, the native layer with the opt-in compiled quantizer (``SNIP_FP8_COMPILE=1``,
+   whose codes are checked equal to the eager ones);
    the native-vs-emulated SQNR per GEMM (:func:`snip.nn.native_sqnr`).  Target: native FP8 at
    least 1.5x faster than bf16 at 8192^3.
 4. ``train``: ``snip train`` for 50 steps of a ~100M-parameter Llama-like config (registered
@@ -201,7 +203,13 @@ def check_linear(device: str, cfg: dict) -> dict:
         out["sizes"][str(n)] = res
         del x, dy
     big = str(max(cfg["linear_sizes"]))
-    best = max(v for k, v in out["sizes"][big].items() if k.endswith("native_speedup_vs_bf16"))
+    out["compiled"] = check_compiled(device, cfg, int(big))
+    bf16_ms = out["sizes"][big]["bf16_linear_ms"]
+    for k, v in list(out["compiled"].items()):
+        if k.endswith("_ms"):
+            out["sizes"][big][k.replace("_ms", "_speedup_vs_bf16")] = bf16_ms / v
+    best = max(v for k, v in out["sizes"][big].items() if k.endswith("speedup_vs_bf16")
+               and "native" in k)
     out["target"] = {"size": int(big), "best_native_speedup": best, "goal": 1.5,
                      "met": best >= 1.5}
     s = cfg["sqnr_size"]
@@ -211,6 +219,43 @@ def check_linear(device: str, cfg: dict) -> dict:
     out["sqnr_native_vs_emulated_db"] = {p: native_sqnr(xs, ws, p)
                                          for p in ("fp8_e4m3", "fp8_e4m3_row")}
     return out
+
+
+def check_compiled(device: str, cfg: dict, n: int) -> dict:
+    """The opt-in fused quantizer (``SNIP_FP8_COMPILE=1``, CUDA only): same codes as eager, and
+    the native FP8 layer's time with it."""
+    import os
+
+    from snip.formats import Rounding, get_spec
+    from snip.nn.native import fp8_operand
+
+    if not device.startswith("cuda"):
+        return {"skipped": "torch.compile'd quantizer runs on CUDA only"}
+    x = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    dy = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    res: dict = {}
+    old = os.environ.get("SNIP_FP8_COMPILE")
+    try:
+        for preset in ("fp8_e4m3", "fp8_e4m3_row"):
+            spec = get_spec(preset)
+            for axis in (-1, 0):
+                os.environ["SNIP_FP8_COMPILE"] = "0"
+                eager = fp8_operand(x, spec, axis, Rounding.RNE, None)
+                os.environ["SNIP_FP8_COMPILE"] = "1"
+                fused = fp8_operand(x, spec, axis, Rounding.RNE, None)
+                res[f"{preset}_axis{axis}_codes_equal"] = bool(
+                    torch.equal(eager.codes.view(torch.uint8), fused.codes.view(torch.uint8))
+                    and torch.equal(eager.scale, fused.scale))
+            q = QLinear(n, n, bias=False, specs=preset, device=device, dtype=torch.bfloat16)
+            q.set_gemm("native", strict=True)
+            res[f"{preset}_native_compiled_ms"] = 1e3 * timed(_linear_step(q, x, dy), device,
+                                                              cfg["repeats"], warmup=3)
+    finally:
+        if old is None:
+            os.environ.pop("SNIP_FP8_COMPILE", None)
+        else:
+            os.environ["SNIP_FP8_COMPILE"] = old
+    return res
 
 
 # ---- 4. a short adaptive training run ----------------------------------------------------------

@@ -142,7 +142,7 @@ def compiled_quantizer(device: torch.device):
     if device.type != "cuda" or os.environ.get("SNIP_FP8_COMPILE", "0") != "1":
         return None
     if not _COMPILED:
-        _COMPILED.extend(torch.compile(f, dynamic=False) for f in (_amax, _codes))
+        _COMPILED.extend(torch.compile(f) for f in (_amax, _codes))
     return _COMPILED
 
 
@@ -180,8 +180,8 @@ def fp8_operand(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Rounding,
         enc = sc.encode.reshape(1, 1) if spec.scaling is Scaling.TENSOR else (
             sc.encode.reshape(1, -1) if along_rows else sc.encode)
         codes = (fused[1] if fused else _codes)(x, enc, spec.element.max_normal, fp8)
-        if along_rows:
-            codes = codes.t().contiguous()
+        # row-major as _scaled_mm wants it (elementwise ops keep a strided input's layout)
+        codes = codes.t().contiguous() if along_rows else codes.contiguous()
         return Fp8Operand(codes, sc.decode.reshape(()) if spec.scaling is Scaling.TENSOR
                           else sc.decode.reshape(-1, 1))
     layout, q, sc = grid_values(x.float(), spec, axis=axis, rounding=rounding,
