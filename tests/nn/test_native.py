@@ -271,3 +271,20 @@ def test_shapes_cublas_refuses_run_emulated(preset, save, monkeypatch):
     assert len(seen) == 1
     for r, g in zip(ref[:3], got[:3], strict=True):
         assert N.sqnr_db(r, g) > 60
+
+
+@pytest.mark.parametrize("preset", ["fp8_e4m3", "fp8_e4m3_row"])
+def test_bf16_layer_native_close_to_emulated(preset):
+    """bf16 X, W and dY (dY reaches the FP8 quantizer without an fp32 copy; that this gives the
+    fp32 bits is test_fp8_operand_is_the_emulated_operand's bf16 case)."""
+    x, w, dy = data()
+    out = {}
+    for impl in GemmImpl:
+        xi, wi = x.bfloat16().requires_grad_(True), w.bfloat16().requires_grad_(True)
+        cfg = GemmConfig(specs=GemmSpecs.uniform(preset), gemm=impl, strict=True)
+        y = quantized_linear(xi, wi, None, cfg)
+        assert y.dtype == torch.bfloat16
+        y.backward(dy.bfloat16())
+        out[impl] = (y.detach(), xi.grad, wi.grad)
+    for a, b in zip(out[GemmImpl.EMULATED], out[GemmImpl.NATIVE], strict=True):
+        assert b.dtype == torch.bfloat16 and N.sqnr_db(a.float(), b.float()) > 40

@@ -341,14 +341,16 @@ class QuantizedLinearFn(torch.autograd.Function):
         saved = _Saved.unstash(ctx, cfg)
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
         with torch.autocast(dy.device.type, enabled=False):
-            dy2 = dy.reshape(-1, dy.shape[-1]).float()
+            dy2 = dy.reshape(-1, dy.shape[-1])
+            # native GEMMs quantize a bf16 dY as is (same bits: the scale multiply promotes)
+            dy2 = dy2 if saved.native else dy2.float()
             dx = dw = db = None
             if need_x:
                 dx = _dgrad(dy2, saved).reshape(x_shape).to(x_dtype)
             if need_w:
                 dw = _wgrad(dy2, saved).to(w_dtype)
             if need_b and b_dtype is not None:
-                db = dy2.sum(0).to(b_dtype)
+                db = dy2.float().sum(0).to(b_dtype)
         ctx.packed = None  # free the packed operands as soon as they are used
         return dx, dw, db, None, None, None
 
