@@ -100,7 +100,8 @@ def test_stochastic_rounding_uses_generator():
 
 
 def test_hadamard_spec_is_close_and_orthogonal():
-    x = torch.randn(32, 128)
+    # seeded: over random draws the rotation loses to plain MXFP4 about 1 time in 200
+    x = torch.randn(32, 128, generator=torch.Generator().manual_seed(0))
     x[:, 5] *= 50  # outlier channel
     err = lambda p: ((quantize(x, p) - x).pow(2).mean() / x.pow(2).mean()).item()  # noqa: E731
     assert err("mxfp4_rht") < err("mxfp4")

@@ -45,14 +45,19 @@ def check_float_tensor(x: torch.Tensor) -> None:
 def make_generator(
     generator: torch.Generator | int | None, device: torch.device
 ) -> torch.Generator | None:
-    """Accept a ``torch.Generator``, an integer seed, or ``None`` (global RNG)."""
+    """Accept a ``torch.Generator``, an integer seed, or ``None`` (global RNG).
+
+    An integer seed always makes a *CPU* generator, whatever ``device`` the data is on: the
+    generator only draws the two-word key of the counter hash (:func:`draw_key`), so the same
+    seed gives the same stochastic rounding on CPU and CUDA, bit for bit.
+    """
     if generator is None or isinstance(generator, torch.Generator):
         return generator
     if isinstance(generator, bool) or not isinstance(generator, int):
         raise TypeError(
             f"generator must be a torch.Generator, an int seed or None, not {generator!r}"
         )
-    g = torch.Generator(device=device)
+    g = torch.Generator(device="cpu")
     g.manual_seed(generator)
     return g
 
@@ -74,9 +79,14 @@ def _hash32(h: torch.Tensor) -> torch.Tensor:
     return h ^ (h >> 15)
 
 
-def draw_key(generator: torch.Generator | None, device: torch.device | str = "cpu"
-             ) -> tuple[int, int]:
-    """Two 31-bit words from ``generator`` (the global RNG when ``None``): one call's key."""
+def draw_key(generator: torch.Generator | None) -> tuple[int, int]:
+    """Two 31-bit words from ``generator``: one call's key.
+
+    ``None`` draws from the global *CPU* RNG whatever device the data is on (``torch.manual_seed``
+    seeds it), so a seeded run rounds identically on CPU and CUDA; a CUDA generator draws on its
+    own device (a different stream than a CPU generator with the same seed).
+    """
+    device = generator.device if generator is not None else torch.device("cpu")
     k = torch.randint(0, 1 << 31, (2,), generator=generator, device=device).tolist()
     return int(k[0]), int(k[1])
 
@@ -104,7 +114,7 @@ def uniform_like(x: torch.Tensor, generator: torch.Generator | None) -> torch.Te
     with one key drawn from ``generator`` per call.  Reproducible from a seed and identical
     however the work is split across threads; the stream is *not* ``torch.rand``'s.
     """
-    key = draw_key(generator, x.device)
+    key = draw_key(generator)
     index = torch.arange(x.numel(), device=x.device, dtype=torch.int64)
     return counter_uniforms(index, key).view(x.shape)
 
@@ -141,6 +151,15 @@ def _overflow(q: torch.Tensor, a: torch.Tensor, fmt: ElementFormat, saturate: bo
     return torch.where(over, torch.full_like(q, float("nan")), q)
 
 
+def _ldexp_f64(a: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """``a * 2^k`` for float64 ``a`` and int64 ``k`` in [-2044, 2046], exactly (barring under- and
+    overflow of the result), as two multiplications by powers of two built from bits: the same
+    bits on every device (``torch.ldexp`` goes through ``pow``, whose accuracy is the device's)."""
+    k1 = k >> 1
+    k2 = k - k1
+    return a * ((k1 + 1023) << 52).view(torch.float64) * ((k2 + 1023) << 52).view(torch.float64)
+
+
 def cast_reference(
     x: torch.Tensor,
     element: ElementFormat | str,
@@ -162,8 +181,8 @@ def cast_reference(
     else:
         safe = torch.where(torch.isfinite(a) & (a > 0), a, torch.ones_like(a))
         e = (torch.frexp(safe).exponent - 1).clamp(min=fmt.emin)
-        k = (fmt.mbits - e).double()
-        q = torch.ldexp(_grid_round(torch.ldexp(a, k), mode, u), -k)
+        k = (fmt.mbits - e).to(torch.int64)
+        q = _ldexp_f64(_grid_round(_ldexp_f64(a, k), mode, u), -k)
         q = torch.where(torch.isinf(a), a, q)
         q = _overflow(q, a, fmt, saturate)
     return torch.copysign(q, x.double()).to(x.dtype)

@@ -44,7 +44,7 @@ def code_table(fmt: ElementFormat) -> torch.Tensor:
 
 def encode_codes(q: torch.Tensor, fmt: ElementFormat) -> torch.Tensor:
     """uint8 codes of fp32 values ``q`` that already lie on ``fmt``'s grid."""
-    table = code_table(fmt)
+    table = code_table(fmt).to(q.device)
     half = 2 ** (fmt.bits - 1)
     if fmt.kind is Kind.INT:
         k = torch.nan_to_num(q / fmt.step).round().to(torch.int64)

@@ -34,21 +34,51 @@ def rht_matrix(size: int, seed: int) -> torch.Tensor:
     return (signs[:, None] * h) / size**0.5
 
 
+@functools.lru_cache(maxsize=32)
+def rht_signs(size: int, seed: int) -> torch.Tensor:
+    """The diagonal ``D`` of :func:`rht_matrix` (fp32 +-1, cached, on the CPU)."""
+    return rht_matrix(size, seed)[:, 0].sign().contiguous()  # column 0 of H is all ones
+
+
+def _fwht(x: torch.Tensor, size: int) -> torch.Tensor:
+    """``x @ H`` over blocks of ``size`` along the last axis, as log2(size) butterfly stages.
+
+    Elementwise adds and subtracts only: the same bits on every device and thread count (a
+    matmul's summation order is the BLAS's), which keeps CUDA emulation equal to CPU.
+    """
+    lead = x.shape[:-1]
+    y = x.reshape(-1, x.shape[-1] // size, size)
+    h = 1
+    while h < size:
+        v = y.reshape(y.shape[0], y.shape[1], size // (2 * h), 2, h)
+        a, b = v[..., 0, :], v[..., 1, :]
+        y = torch.stack((a + b, a - b), dim=-2).reshape(y.shape)
+        h *= 2
+    return y.reshape(*lead, -1)
+
+
+def _norm(size: int) -> float:
+    return 1.0 / size**0.5  # exact for 16 and 64 (powers of two)
+
+
 def rht(x: torch.Tensor, size: int, seed: int, axis: int) -> torch.Tensor:
-    """Rotate ``x`` (fp32) in blocks of ``size`` along ``axis`` (padded to a multiple)."""
+    """Rotate ``x`` (fp32) in blocks of ``size`` along ``axis`` (padded to a multiple):
+    ``x R = fwht(x D) / sqrt(size)``."""
     x = x.movedim(axis, -1)
     n = x.shape[-1]
     pad = -n % size
     if pad:
         x = F.pad(x, (0, pad))
-    r = rht_matrix(size, seed).to(x.device)
-    y = (x.reshape(*x.shape[:-1], -1, size) @ r).reshape(x.shape)
+    d = rht_signs(size, seed).to(device=x.device, dtype=x.dtype)
+    blocks = x.reshape(*x.shape[:-1], -1, size) * d
+    y = _fwht(blocks.reshape(x.shape), size) * _norm(size)
     return y.movedim(-1, axis)
 
 
 def irht(y: torch.Tensor, size: int, seed: int, axis: int, length: int) -> torch.Tensor:
-    """Inverse of :func:`rht`, cropping the axis back to ``length``."""
+    """Inverse of :func:`rht`, cropping the axis to ``length``: ``y R^T = fwht(y) D / sqrt``."""
     y = y.movedim(axis, -1)
-    r = rht_matrix(size, seed).to(y.device)
-    x = (y.reshape(*y.shape[:-1], -1, size) @ r.T).reshape(y.shape)[..., :length]
+    d = rht_signs(size, seed).to(device=y.device, dtype=y.dtype)
+    x = _fwht(y, size) * _norm(size)
+    x = (x.reshape(*x.shape[:-1], -1, size) * d).reshape(x.shape)[..., :length]
     return x.movedim(-1, axis)

@@ -69,6 +69,25 @@ def _grid(
     return layout, (q * scales.decode if dequant else q), scales
 
 
+def grid_values(
+    x: torch.Tensor,
+    spec: QuantSpec | str,
+    *,
+    axis: int = -1,
+    rounding: Rounding | str | None = None,
+    generator: torch.Generator | int | None = None,
+) -> tuple[BlockLayout, torch.Tensor, Scales]:
+    """Steps 2-4 of :func:`quantize` without the decode multiply: the fp32 grid values in the
+    ``(n_blocks, block)`` layout and the block scales (``layout.from_blocks(q * scales.decode)``
+    is ``quantize(x, spec)``, bit for bit).  For native low-precision GEMMs, which take the
+    element codes and scales apart; specs with a Hadamard rotation are refused."""
+    x = x.detach()
+    spec, mode, gen = _resolve(x, spec, rounding, generator)
+    if spec.hadamard or spec.scaling is Scaling.NONE:
+        raise ValueError(f"grid_values: spec {spec.name!r} has no plain block grid")
+    return _grid(_working(x), spec, axis, mode, gen, dequant=False)
+
+
 def _columns(x: torch.Tensor, spec: QuantSpec, axis: int) -> bool:
     """Blocks along axis 0 of a matrix (the weight-gradient operands) run without a transpose."""
     return (fast.enabled() and fast.supports(spec.element) and x.device.type == "cpu"

@@ -183,7 +183,8 @@ def nvfp4_encode_scale(x_amax: torch.Tensor, spec: QuantSpec) -> torch.Tensor:
 
 
 def e4m3_scales(amax: torch.Tensor, s_enc: torch.Tensor, spec: QuantSpec) -> Scales:
-    inv_elem = torch.tensor(1.0 / spec.element.max_normal, dtype=torch.float32)
+    inv_elem = torch.tensor(1.0 / spec.element.max_normal, dtype=torch.float32,
+                            device=amax.device)
     block = (amax * (s_enc * inv_elem)).clamp(max=448.0)
     block = torch.where(torch.isfinite(amax), block, torch.full_like(block, float("nan")))
     block = block.to(torch.float8_e4m3fn)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from snip.errors import UserError
 from snip.formats.element import ElementFormat, get_element
-from snip.formats.rounding import Rounding
+from snip.formats.rounding import Rounding, as_rounding
 
 
 class Scaling(enum.Enum):
@@ -73,6 +73,9 @@ class QuantSpec:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "element", get_element(self.element))
+        # "stochastic" given as a string must compare like the enum (GEMM code tests `is`)
+        object.__setattr__(self, "rounding", as_rounding(self.rounding))
+        object.__setattr__(self, "grad_rounding", as_rounding(self.grad_rounding))
         if self.scaling in (Scaling.BLOCK, Scaling.BLOCK2D):
             if not isinstance(self.block, int) or self.block < 1:
                 raise UserError(
@@ -156,6 +159,8 @@ PRESETS: dict[str, QuantSpec] = {
         _p("fp16", "fp16", Scaling.NONE),
         _p("fp8_e4m3", "e4m3"),
         _p("fp8_e5m2", "e5m2"),
+        # one fp32 scale per row along the contraction axis: torch._scaled_mm's rowwise scaling
+        _p("fp8_e4m3_row", "e4m3", Scaling.CHANNEL),
         _p("fp8_e4m3_tile128", "e4m3", Scaling.BLOCK, block=128, weight_2d=True),
         _p("fp4_e2m1_tile128", "e2m1", Scaling.BLOCK, block=128, weight_2d=True, grad_rounding=_SR),
         # one fp32 scale per tensor: the harsh FP4 contrast of SNIP's decisive experiment

@@ -23,11 +23,13 @@ from snip.nn.gemm import (
     quantized_linear,
     weight_reusable,
 )
+from snip.nn.native import GemmImpl, fp8_gemm_supported, native_sqnr
 from snip.nn.qlinear import QLinear, as_gemm_specs, saved_activation_bytes
 from snip.nn.specs import GEMM_NAMES, Gemm, GemmSpecs
 
 __all__ = [
-    "DEFAULT_SKIP_NAMES", "GEMM_NAMES", "Accum", "Conversion", "Gemm", "GemmConfig", "GemmSpecs",
+    "DEFAULT_SKIP_NAMES", "GEMM_NAMES", "Accum", "Conversion", "Gemm", "GemmConfig", "GemmImpl",
+    "GemmSpecs", "fp8_gemm_supported", "native_sqnr",
     "QConv1D", "QLinear", "is_conv1d", "is_linear_like",
     "QuantizedLinearFn", "ResolvesToSpecs", "SaveMode", "SavedBytes", "apply_specs",
     "as_gemm_specs", "convert", "disabled", "layer_seed", "operand_seed", "qlinear_layers",

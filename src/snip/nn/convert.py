@@ -204,7 +204,7 @@ def _wrap(name: str, module: nn.Module, specs: GemmSpecs, save: SaveMode,
 def convert(model: nn.Module, plan_or_preset: PlanOrPreset, *,
             filter_fn: FilterFn | None = None, skip_names: tuple[str, ...] = DEFAULT_SKIP_NAMES,
             strict: bool = False, save: SaveMode | str = SaveMode.HP,
-            accum: Accum | str = Accum.FP32) -> nn.Module:
+            accum: Accum | str = Accum.FP32, gemm: str | None = None) -> nn.Module:
     """Replace eligible linear layers by ``QLinear`` in place and return ``model``.
 
     Eligible: every ``nn.Linear`` and Hugging Face ``Conv1D`` (GPT-2) except those whose last
@@ -218,9 +218,11 @@ def convert(model: nn.Module, plan_or_preset: PlanOrPreset, *,
     with ``strict=True``, any linear-like module left unconverted for a reason other than
     ``skip_names``, ``filter_fn`` or the plan (an unsupported class, ``nn.MultiheadAttention``'s
     ``out_proj``).  If ``model`` itself is a linear layer it cannot be replaced in place: the new
-    ``QLinear`` is returned instead.
+    ``QLinear`` is returned instead.  ``gemm`` (``"emulated"`` / ``"native"``, see
+    :meth:`QLinear.set_gemm`) defaults to the plan's ``gemm`` for a plan, else emulated.
     """
     lookup = _resolve(model, plan_or_preset)
+    gemm = gemm if gemm is not None else getattr(plan_or_preset, "gemm", None)
     save, accum = SaveMode(save), Accum(accum)
     todo: list[tuple[str, nn.Module, GemmSpecs]] = []
     skipped: list[Skipped] = []
@@ -243,8 +245,12 @@ def convert(model: nn.Module, plan_or_preset: PlanOrPreset, *,
     for name, module, specs in todo:
         if isinstance(module, QLinear):
             module.set_specs(specs)
+            if gemm is not None:
+                module.set_gemm(gemm)
             continue
         q = _wrap(name, module, specs, save, accum)
+        if gemm is not None:
+            q.set_gemm(gemm)
         if not name:
             model = q
         else:

@@ -47,6 +47,12 @@ operands are rounded to bf16 as well; choose ``BF16``/``AUTO`` there knowingly.
 The bias is added in fp32.  Under ``torch.autocast`` every operand is quantized in fp32 and the
 output is returned in the autocast dtype; gradients come back in each input's own dtype.
 
+``GemmImpl.NATIVE`` (``gemm="native"``) runs every GEMM whose spec is tensor- or row-scaled FP8
+through ``torch._scaled_mm`` on the FP8 codes (:mod:`snip.nn.native`); the other GEMMs, and
+hardware without FP8 GEMMs (one warning, or an error when ``strict``), stay emulated.  The
+operands are the emulated ones bit for bit; the products differ by fp32 rounding (and bf16
+output for rowwise scales on CUDA): :func:`snip.nn.native.native_sqnr` reports by how much.
+
 What backward needs is saved in one of two ways (:class:`SaveMode`): ``HP`` keeps ``X`` and
 ``W`` in high precision and re-quantizes them in backward (as torchao's float8 training does);
 ``ENCODED`` keeps real packed :class:`~snip.formats.QTensor` s of exactly the operands the
@@ -67,6 +73,18 @@ import torch
 
 from snip.errors import UserError
 from snip.formats import QTensor, QuantSpec, Rounding, ScaleFormat, Scaling, encode, quantize
+from snip.nn.native import (
+    Fp8Operand,
+    GemmImpl,
+    axis_free,
+    fp8_from_qtensor,
+    fp8_operand,
+    native_spec,
+    resolve_native,
+    scaled_mm,
+    shapes_ok,
+    transposed,
+)
 from snip.nn.specs import Gemm, GemmSpecs
 
 
@@ -138,10 +156,15 @@ class GemmConfig:
     save: SaveMode = SaveMode.HP
     accum: Accum = Accum.FP32
     out_dtype: torch.dtype | None = None  # None: the input's dtype
+    gemm: GemmImpl = GemmImpl.EMULATED
+    strict: bool = False  # gemm="native" without FP8 hardware: error instead of emulating
 
     def __post_init__(self) -> None:
+        from snip.nn.native import as_gemm_impl
+
         object.__setattr__(self, "save", SaveMode(self.save))
         object.__setattr__(self, "accum", Accum(self.accum))
+        object.__setattr__(self, "gemm", as_gemm_impl(self.gemm))
 
 
 @dataclass
@@ -206,12 +229,14 @@ class _Saved:
     ``w_quantized`` marks a ``W`` that is already ``Q_dgrad(W)`` (reused from fprop).
     """
 
-    def __init__(self, cfg: GemmConfig) -> None:
+    def __init__(self, cfg: GemmConfig, native: bool = False) -> None:
         self.cfg = cfg
+        self.native = native  # gemm="native" resolved to run on this device
         self.bytes = SavedBytes()
         self.x: torch.Tensor | QTensor | None = None
         self.w: torch.Tensor | QTensor | None = None
         self.w_quantized = False
+        self.dy: tuple[QuantSpec, Fp8Operand] | None = None  # native: dY codes shared by GEMMs
 
     def keep(self, name: str, value: torch.Tensor | QTensor, *, weight: bool,
              counted: bool = True) -> None:
@@ -226,13 +251,14 @@ class _Saved:
         """Plain tensors go through ``save_for_backward`` (version checks, saved-tensor hooks)."""
         ctx.save_for_backward(*(v if isinstance(v, torch.Tensor) else None
                                 for v in (self.x, self.w)))
-        ctx.packed = tuple(v if isinstance(v, QTensor) else None for v in (self.x, self.w))
+        ctx.packed = tuple(None if isinstance(v, torch.Tensor) else v for v in (self.x, self.w))
         ctx.w_quantized = self.w_quantized
+        ctx.native = self.native
         self.x = self.w = None
 
     @classmethod
     def unstash(cls, ctx, cfg: GemmConfig) -> _Saved:
-        saved = cls(cfg)
+        saved = cls(cfg, ctx.native)
         tx, tw = ctx.saved_tensors
         px, pw = ctx.packed
         saved.x, saved.w = px if tx is None else tx, pw if tw is None else tw
@@ -240,7 +266,9 @@ class _Saved:
         return saved
 
 
-def _nbytes(v: torch.Tensor | QTensor) -> int:
+def _nbytes(v: torch.Tensor | QTensor | Fp8Operand) -> int:
+    if isinstance(v, Fp8Operand):
+        return v.codes.numel() + v.scale.numel() * 4
     return v.nbytes if isinstance(v, QTensor) else v.numel() * v.element_size()
 
 
@@ -254,7 +282,7 @@ def _fprop_weight(weight: torch.Tensor, saved: _Saved, keep: bool) -> torch.Tens
     if d.is_identity:
         saved.keep("weight", weight, weight=True, counted=False)
         return quantize_operand(weight, f, -1, f.rounding, seed)
-    reuse = weight_reusable(s.fprop, s.dgrad)
+    reuse = weight_reusable(s.fprop, s.dgrad) and not (saved.native and native_spec(d))
     if cfg.save is SaveMode.ENCODED:
         dseed = seed if reuse else operand_seed(cfg.seed, cfg.step, Gemm.DGRAD, Operand.WEIGHT)
         qt = encode_operand(weight, d, 0, d.rounding, dseed)
@@ -285,16 +313,19 @@ class QuantizedLinearFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                 cfg: GemmConfig, record: SavedBytes | None, needs_backward: bool) -> torch.Tensor:
+        native = cfg.gemm is GemmImpl.NATIVE and resolve_native(x.device, cfg.strict)
         with torch.autocast(x.device.type, enabled=False):
             x2 = x.reshape(-1, x.shape[-1])
-            saved = _Saved(cfg)
-            wq = _fprop_weight(weight, saved, needs_backward)
-            if needs_backward:
-                _save_input(x2, saved)
-            f = cfg.specs.fprop
-            xseed = operand_seed(cfg.seed, cfg.step, Gemm.FPROP, Operand.INPUT)
-            xq = quantize_operand(x2, f, -1, f.rounding, xseed)
-            y = matmul(xq, wq.t(), cfg.accum, bias)
+            saved = _Saved(cfg, native)
+            y = _native_fprop(x2, weight, bias, saved, needs_backward) if native else None
+            if y is None:
+                wq = _fprop_weight(weight, saved, needs_backward)
+                if needs_backward:
+                    _save_input(x2, saved)
+                f = cfg.specs.fprop
+                xseed = operand_seed(cfg.seed, cfg.step, Gemm.FPROP, Operand.INPUT)
+                xq = quantize_operand(x2, f, -1, f.rounding, xseed)
+                y = matmul(xq, wq.t(), cfg.accum, bias)
         ctx.cfg = cfg
         saved.stash(ctx)
         ctx.meta = (x.shape, x.dtype, weight.dtype, None if bias is None else bias.dtype)
@@ -310,14 +341,16 @@ class QuantizedLinearFn(torch.autograd.Function):
         saved = _Saved.unstash(ctx, cfg)
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
         with torch.autocast(dy.device.type, enabled=False):
-            dy2 = dy.reshape(-1, dy.shape[-1]).float()
+            dy2 = dy.reshape(-1, dy.shape[-1])
+            # native GEMMs quantize a bf16 dY as is (same bits: the scale multiply promotes)
+            dy2 = dy2 if saved.native else dy2.float()
             dx = dw = db = None
             if need_x:
                 dx = _dgrad(dy2, saved).reshape(x_shape).to(x_dtype)
             if need_w:
                 dw = _wgrad(dy2, saved).to(w_dtype)
             if need_b and b_dtype is not None:
-                db = dy2.sum(0).to(b_dtype)
+                db = dy2.float().sum(0).to(b_dtype)
         ctx.packed = None  # free the packed operands as soon as they are used
         return dx, dw, db, None, None, None
 
@@ -331,8 +364,14 @@ def _grad_output(dy2: torch.Tensor, cfg: GemmConfig, gemm: Gemm, axis: int) -> t
 def _dgrad(dy2: torch.Tensor, saved: _Saved) -> torch.Tensor:
     """``dX = Q(dY) Q(W)``, both along out_features."""
     cfg, d = saved.cfg, saved.cfg.specs.dgrad
+    if saved.native and native_spec(d) and not saved.w_quantized:
+        out = _native_dgrad(dy2, saved)
+        if out is not None:
+            return out
     if isinstance(saved.w, QTensor):
         wq = saved.w.dequantize(torch.float32)
+    elif isinstance(saved.w, Fp8Operand):  # native fprop's axis-free W codes
+        wq = saved.w.dequantize()
     elif saved.w_quantized:
         wq = saved.w
     else:
@@ -345,12 +384,92 @@ def _dgrad(dy2: torch.Tensor, saved: _Saved) -> torch.Tensor:
 def _wgrad(dy2: torch.Tensor, saved: _Saved) -> torch.Tensor:
     """``dW = Q(dY)^T Q(X)``, both along tokens."""
     cfg, w = saved.cfg, saved.cfg.specs.wgrad
+    if saved.native and native_spec(w):
+        out = _native_wgrad(dy2, saved)
+        if out is not None:
+            return out
     if isinstance(saved.x, QTensor):
         xq = saved.x.dequantize(torch.float32)
+    elif isinstance(saved.x, Fp8Operand):  # native fprop's axis-free X codes
+        xq = saved.x.dequantize()
     else:
         seed = operand_seed(cfg.seed, cfg.step, Gemm.WGRAD, Operand.INPUT)
         xq = quantize_operand(saved.x, w, 0, w.rounding, seed)
     return matmul(_grad_output(dy2, cfg, Gemm.WGRAD, 0).t(), xq, cfg.accum)
+
+
+# ---- native FP8 GEMMs (gemm="native"): same operands, torch._scaled_mm ----------------------
+
+def _fp8(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Rounding, seed: int
+         ) -> Fp8Operand:
+    return fp8_operand(x, spec, axis, rounding, seed if rounding is Rounding.STOCHASTIC else None)
+
+
+def _native_fprop(x2: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                  saved: _Saved, keep: bool) -> torch.Tensor | None:
+    """``Q(X) Q(W)^T`` through ``_scaled_mm``, saving what backward needs; ``None`` when the
+    fprop spec or the shapes need the emulated GEMM (nothing is saved then)."""
+    cfg, f = saved.cfg, saved.cfg.specs.fprop
+    if not native_spec(f) or not native_spec(f.for_weight()):
+        return None
+    wf = f.for_weight()
+    a = _fp8(x2, f, -1, f.rounding, operand_seed(cfg.seed, cfg.step, Gemm.FPROP, Operand.INPUT))
+    b = _fp8(weight, wf, -1, wf.rounding,
+             operand_seed(cfg.seed, cfg.step, Gemm.FPROP, Operand.WEIGHT))
+    if not shapes_ok(a, b):
+        return None
+    if keep:
+        s = cfg.specs
+        d = s.dgrad.for_weight()
+        if axis_free(wf) and d == wf:  # the dgrad operand is these codes, transposed
+            saved.keep("weight_fp8", b, weight=True)
+        elif cfg.save is SaveMode.ENCODED and not d.is_identity:
+            dseed = operand_seed(cfg.seed, cfg.step, Gemm.DGRAD, Operand.WEIGHT)
+            saved.keep("weight_dgrad", encode_operand(weight, d, 0, d.rounding, dseed),
+                       weight=True)
+        else:
+            saved.keep("weight", weight, weight=True, counted=False)
+        if axis_free(f) and s.wgrad == f:  # the wgrad operand is these codes, transposed
+            saved.keep("input_fp8", a, weight=False)
+        else:
+            _save_input(x2, saved)
+    return scaled_mm(a, b, fast_accum=True, bias=bias)
+
+
+def _operand_along_rows(v: torch.Tensor | QTensor | Fp8Operand, spec: QuantSpec, seed: int
+                        ) -> Fp8Operand:
+    """A saved operand quantized along axis 0, codes transposed (contraction axis last)."""
+    if isinstance(v, Fp8Operand):
+        return transposed(v)
+    if isinstance(v, QTensor):
+        return fp8_from_qtensor(v)
+    return _fp8(v, spec, 0, spec.rounding, seed)
+
+
+def _native_dgrad(dy2: torch.Tensor, saved: _Saved) -> torch.Tensor | None:
+    cfg, d = saved.cfg, saved.cfg.specs.dgrad
+    wd = d.for_weight()
+    if not native_spec(wd):
+        return None
+    a = _fp8(dy2, d, -1, d.grad_rounding,
+             operand_seed(cfg.seed, cfg.step, Gemm.DGRAD, Operand.GRAD_OUTPUT))
+    if axis_free(d, d.grad_rounding):
+        saved.dy = (d, a)  # wgrad with the same spec takes these codes, transposed
+    b = _operand_along_rows(saved.w, wd,
+                            operand_seed(cfg.seed, cfg.step, Gemm.DGRAD, Operand.WEIGHT))
+    return scaled_mm(a, b) if shapes_ok(a, b) else None
+
+
+def _native_wgrad(dy2: torch.Tensor, saved: _Saved) -> torch.Tensor | None:
+    cfg, w = saved.cfg, saved.cfg.specs.wgrad
+    if saved.dy is not None and saved.dy[0] == w:
+        a = transposed(saved.dy[1])
+    else:
+        a = _fp8(dy2, w, 0, w.grad_rounding,
+                 operand_seed(cfg.seed, cfg.step, Gemm.WGRAD, Operand.GRAD_OUTPUT))
+    b = _operand_along_rows(saved.x, w, operand_seed(cfg.seed, cfg.step, Gemm.WGRAD,
+                                                     Operand.INPUT))
+    return scaled_mm(a, b) if shapes_ok(a, b) else None
 
 
 def autocast_dtype(x: torch.Tensor) -> torch.dtype:

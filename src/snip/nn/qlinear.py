@@ -22,6 +22,7 @@ from torch import nn
 
 from snip.formats import QuantSpec
 from snip.nn.gemm import Accum, GemmConfig, SavedBytes, SaveMode, autocast_dtype, quantized_linear
+from snip.nn.native import GemmImpl, as_gemm_impl
 from snip.nn.specs import GemmSpecs
 
 
@@ -49,6 +50,8 @@ class QLinear(nn.Linear):
         self.accum = Accum(accum)
         self.enabled = True
         self._saved = SavedBytes()
+        self.gemm = GemmImpl.EMULATED  # set_gemm: "native" runs FP8 GEMMs via torch._scaled_mm
+        self.gemm_strict = False
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, specs: GemmSpecs | QuantSpec | str, *,
@@ -76,6 +79,13 @@ class QLinear(nn.Linear):
         """Switch formats (between steps); Parameters and the step counter are untouched."""
         self.specs = as_gemm_specs(specs)
 
+    def set_gemm(self, gemm: GemmImpl | str, strict: bool = False) -> None:
+        """``"native"``: run the tensor/row-scaled FP8 GEMMs with ``torch._scaled_mm``
+        (:mod:`snip.nn.native`); without FP8 hardware warn once and emulate, or raise if
+        ``strict``.  ``"emulated"`` (the default): fake-quantized fp32 GEMMs."""
+        self.gemm = as_gemm_impl(gemm)
+        self.gemm_strict = bool(strict)
+
     @property
     def saved_bytes(self) -> int:
         """Activation bytes the last differentiable forward kept for backward."""
@@ -95,7 +105,9 @@ class QLinear(nn.Linear):
         if not self.enabled:
             return F.linear(x, weight, self.bias)
         cfg = GemmConfig(specs=self.specs, seed=self.seed, step=self.step, save=self.save,
-                         accum=self.accum, out_dtype=autocast_dtype(x))
+                         accum=self.accum, out_dtype=autocast_dtype(x),
+                         gemm=getattr(self, "gemm", GemmImpl.EMULATED),
+                         strict=getattr(self, "gemm_strict", False))
         self.step += 1
         record = SavedBytes()
         y = quantized_linear(x, weight, self.bias, cfg, record)
@@ -107,6 +119,8 @@ class QLinear(nn.Linear):
         formats = f"fprop={s.fprop.name}, dgrad={s.dgrad.name}, wgrad={s.wgrad.name}"
         extra = f", save={self.save.value}" if self.save is not SaveMode.HP else ""
         extra += f", accum={self.accum.value}" if self.accum is not Accum.FP32 else ""
+        gemm = getattr(self, "gemm", GemmImpl.EMULATED)
+        extra += f", gemm={gemm.value}" if gemm is not GemmImpl.EMULATED else ""
         return f"{super().extra_repr()}, {formats}{extra}"
 
 

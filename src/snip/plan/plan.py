@@ -25,6 +25,10 @@ Only quantizable layers get a row: every ``nn.Linear`` except the LM head (last 
 regexes and the default never reach it.  A key that matches no linear layer is an error naming
 it, with close names suggested: a typo must never silently leave a layer in the default format.
 
+An optional top-level ``"gemm": "native"`` (default ``"emulated"``, then not written) asks
+:func:`snip.convert` to run the tensor/row-scaled FP8 GEMMs through ``torch._scaled_mm``
+(:mod:`snip.nn.native`); it travels with the plan into ``snip train --precision.plan``.
+
 Plans store preset *names*, so they are cheap to build, compare and diff; ``resolve`` is where
 names become :class:`~snip.nn.GemmSpecs`.  :meth:`PrecisionPlan.apply` switches an already
 converted model to a new plan between steps (weights and optimizer state untouched).
@@ -46,6 +50,7 @@ from torch import nn
 from snip.errors import MissingFileError, UserError
 from snip.formats import PRESETS, QuantSpec, get_spec
 from snip.nn import qlinear_layers
+from snip.nn.native import GemmImpl, as_gemm_impl
 from snip.nn.specs import GEMM_NAMES, Gemm, GemmSpecs
 from snip.plan import cost
 from snip.plan.profiles import ThroughputProfile
@@ -138,8 +143,13 @@ class PrecisionPlan:
     default: Names
     layers: dict[str, Names] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
+    gemm: GemmImpl = GemmImpl.EMULATED  # how converted layers run their FP8 GEMMs
 
     def __post_init__(self) -> None:
+        try:
+            object.__setattr__(self, "gemm", as_gemm_impl(self.gemm))
+        except UserError as e:
+            raise UserError(f"plan gemm: {e}") from None
         object.__setattr__(self, "default", _entry_names(self.default, DEFAULT_KEY, strict=False))
         if not isinstance(self.layers, Mapping):
             raise UserError(f"plan layers must be an object, got {type(self.layers).__name__}")
@@ -183,10 +193,13 @@ class PrecisionPlan:
         if type(version) is not int or version != PLAN_VERSION:
             raise UserError(f"unsupported plan version {version!r}; this snip reads "
                             f'"version": {PLAN_VERSION}')
-        unknown = [k for k in data if k not in ("version", "default", "layers", "meta")]
+        unknown = [k for k in data if k not in ("version", "default", "layers", "meta", "gemm")]
         if unknown:
             raise UserError(f"unknown plan key {unknown[0]!r}; valid keys: version, default, "
-                            f"layers, meta")
+                            f"layers, meta, gemm")
+        gemm = data.get("gemm", GemmImpl.EMULATED.value)
+        if not isinstance(gemm, str):
+            raise UserError(f'plan gemm must be "emulated" or "native", got {gemm!r}')
         if DEFAULT_KEY not in data:
             raise UserError('plan has no "default" entry; add e.g. {"fprop": "bf16", '
                             '"dgrad": "bf16", "wgrad": "bf16"}')
@@ -195,11 +208,14 @@ class PrecisionPlan:
             raise UserError(f"plan layers must be an object, got {type(layers).__name__}")
         return cls(default=_entry_names(data[DEFAULT_KEY], DEFAULT_KEY),
                    layers={k: _entry_names(v, k) for k, v in layers.items()},
-                   meta=data.get("meta", {}))
+                   meta=data.get("meta", {}), gemm=gemm)
 
     def to_dict(self) -> dict:
-        return {"version": PLAN_VERSION, "default": dict(self.default),
-                "layers": {k: dict(v) for k, v in self.layers.items()}, "meta": dict(self.meta)}
+        out = {"version": PLAN_VERSION, "default": dict(self.default),
+               "layers": {k: dict(v) for k, v in self.layers.items()}, "meta": dict(self.meta)}
+        if self.gemm is not GemmImpl.EMULATED:  # files of emulated plans stay as they were
+            out["gemm"] = self.gemm.value
+        return out
 
     def to_json(self, path: str | Path | None = None) -> str:
         """The plan as JSON text (key order kept); also written to ``path`` when given."""
