@@ -234,11 +234,16 @@ class Trainer:
         t = cfg.train
         self.cfg, self.hooks = cfg, list(hooks)
         self.device = pick_device(t.device)
-        self.dist = distributed.setup(self.device.type, timeout=cfg.dist.timeout)
+        self.strategy = distributed.Strategy(cfg.dist.strategy)
+        self.dist = distributed.setup(self.device.type, timeout=cfg.dist.timeout,
+                                      strategy=self.strategy)
+        self.fsdp = self.dist.enabled and self.strategy is distributed.Strategy.FSDP
         if self.device.type == "cuda" and self.dist.enabled:
             self.device = torch.device("cuda", self.dist.local_rank)
         torch.set_num_threads(t.threads or max(1, (os.cpu_count() or 2) // 2))
         _check_batch_split(t, self.dist)
+        if self.fsdp:
+            _check_fsdp_support(cfg)
         self.data = open_data(cfg.data, order_seed(cfg))  # first: bad data loses nothing
         self.data.dataset.check_seq_len(t.seq_len)
         source = resume if resume is not None else init_from
@@ -255,15 +260,34 @@ class Trainer:
 
         torch.manual_seed(cfg.seed)  # identical init on every rank
         model = build_model(model_cfg).to(self.device)
-        distributed.broadcast_parameters(model, self.dist)
+        distributed.broadcast_parameters(model, self.dist)  # (DDP checks it; FSDP shards it)
         self.plan = PrecisionPlan.from_dict(ckpt.plan) if inherit else initial_plan(cfg.precision)
         self.model = convert(model, self.plan)
+        full_optim = None
+        if self.fsdp and ckpt is not None and not ckpt.sharded:
+            # a single-file checkpoint into FSDP: whole weights before sharding, the optimizer
+            # state keyed by name (loaded into the shards below)
+            ckpt.load_weights(self.model)
+            full_optim = checkpoint.full_optimizer_state(
+                self.model, ckpt.optimizer, lambda m: make_optimizer(m, t))
+        # `engine` runs the training forwards: the model itself, its DDP wrapper, or the model
+        # sharded in place by FSDP2 (then the optimizer must be built after sharding)
+        self.engine = distributed.wrap(
+            self.model, self.dist, self.strategy,
+            mixed_precision=distributed.MixedPrecision(cfg.dist.mixed_precision),
+            cpu_offload=cfg.dist.cpu_offload)
         self.optimizer = make_optimizer(self.model, t)
         self.writeback = wb.attach(cfg.writeback, self.model, self.optimizer, cfg.seed)
         if ckpt is not None:  # optimizer (+ write-back) state first: a mismatch must fail
             # before the run directory (config.toml, metrics.jsonl) is touched
-            wb.restore(self.writeback, self.optimizer, ckpt.optimizer, ckpt.writeback, ckpt.path,
-                       fresh_wrapper=self.branched and saved.writeback != cfg.writeback)
+            if ckpt.sharded:  # weights too: DCP reshards to this run's layout
+                checkpoint.load_state(ckpt.path, self.model, self.optimizer)
+            elif full_optim is not None:
+                checkpoint.load_full_optimizer(self.model, self.optimizer, full_optim)
+            else:
+                wb.restore(self.writeback, self.optimizer, ckpt.optimizer, ckpt.writeback,
+                           ckpt.path,
+                           fresh_wrapper=self.branched and saved.writeback != cfg.writeback)
         self.dir = run_dir_for(cfg)
         start = ckpt.step if ckpt is not None else 0
         self.controller = make_controller(
@@ -297,23 +321,38 @@ class Trainer:
 
     def _restore(self, ckpt: checkpoint.Checkpoint, inherit: bool) -> None:
         """Weights, controller, RNGs and counters (the optimizer state is loaded before)."""
-        ckpt.load_weights(self.model)
+        if not (ckpt.sharded or self.fsdp):  # those weights are loaded already
+            ckpt.load_weights(self.model)
         self.plan.apply(self.model)
         if inherit and self.controller is not None and ckpt.controller is not None:
             self.controller.load_state_dict(ckpt.controller)
-        checkpoint.restore_rng(ckpt.rng)
+        checkpoint.restore_rng(ckpt.rng_of(self.dist.rank))
         self.step_count, self.skipped = ckpt.step, int(ckpt.meta.get("skipped", 0))
 
     def save(self) -> Path | None:
         """Checkpoint the current state (rank 0 writes; every rank waits until it is on disk, so
         no rank exits while rank 0 is still saving); returns its directory."""
-        if not self.dist.is_main:
+        if not self.dist.is_main and not self.fsdp:
             distributed.barrier(self.dist, "waiting for rank 0 to save a checkpoint")
             return None
         meta = {"skipped": self.skipped, "world_size": self.dist.world_size,
+                "strategy": self.strategy.value if self.dist.enabled else "none",
                 "model": dict(self.model.config.to_dict()), "tokenizer": self.data.tokenizer,
                 "vocab_size": self.data.vocab_size, "schedule": self.schedule.to_dict()}
         state = self.controller.state_dict() if self.controller is not None else None
+        if self.fsdp:  # every rank writes its shards
+            with distributed.collective(self.dist, "saving a sharded checkpoint"):
+                path = checkpoint.save_sharded(
+                    self.dir / "checkpoints", self.step_count, rank=self.dist.rank,
+                    model=self.model, optimizer=self.optimizer, plan=self.plan.to_dict(),
+                    config_toml=(self.dir / "config.toml").read_text()
+                    if self.dist.is_main else "", meta=meta, controller=state,
+                    keep=self.cfg.train.keep_checkpoints)
+            distributed.barrier(self.dist, "waiting for the sharded checkpoint")
+            if not self.dist.is_main:
+                return None
+            self.log.log("checkpoint", self.step_count, path=str(path.relative_to(self.dir)))
+            return path
         writeback = self.writeback.state_dict() if self.writeback is not None else None
         path = checkpoint.save(
             self.dir / "checkpoints", self.step_count, model=self.model,
@@ -343,23 +382,26 @@ class Trainer:
             group["lr"] = lr
 
         # 2. forward/backward over this rank's micro-batches
+        # (DDP/FSDP average the gradients over ranks in the last micro-batch's backward)
         micro = t.batch_size // t.grad_accum // dist.world_size
         x, y = local_rows(self.data.train_batch(step, t.batch_size, t.seq_len), dist)
         loss_sum = torch.zeros((), device=self.device)
-        for m in range(t.grad_accum):
-            xm = x[m * micro:(m + 1) * micro].to(self.device, non_blocking=True)
-            ym = y[m * micro:(m + 1) * micro].to(self.device, non_blocking=True)
-            sync_quant_counters(model, step * t.grad_accum + m)
-            with autocast(self.device, t.bf16):
-                _, loss = model(xm, ym)
-            (loss / t.grad_accum).backward()
-            loss_sum += loss.detach().float()
+        with distributed.collective(dist, "the forward/backward (gradient reduction)"):
+            for m in range(t.grad_accum):
+                xm = x[m * micro:(m + 1) * micro].to(self.device, non_blocking=True)
+                ym = y[m * micro:(m + 1) * micro].to(self.device, non_blocking=True)
+                sync_quant_counters(model, step * t.grad_accum + m)
+                with distributed.gradient_sync(self.engine, m == t.grad_accum - 1):
+                    with autocast(self.device, t.bf16):
+                        _, loss = self.engine(xm, ym)
+                    (loss / t.grad_accum).backward()
+                loss_sum += loss.detach().float()
 
-        # 3. average over ranks, clip, and refuse to apply a non-finite update
-        distributed.average_gradients(model, dist)
+        # 3. the mean loss over ranks, clip, and refuse to apply a non-finite update
         loss_val = distributed.mean_over_ranks(loss_sum / t.grad_accum, dist).item()
-        grad_norm = torch.nn.utils.clip_grad_norm_(
-            model.parameters(), t.grad_clip if t.grad_clip > 0 else math.inf).item()
+        with distributed.collective(dist, "the gradient norm"):
+            grad_norm = distributed.local_tensor(torch.nn.utils.clip_grad_norm_(
+                model.parameters(), t.grad_clip if t.grad_clip > 0 else math.inf)).item()
         finite = math.isfinite(loss_val) and math.isfinite(grad_norm)
         if not finite:
             optimizer.zero_grad(set_to_none=True)
@@ -438,13 +480,17 @@ class Trainer:
 
         def batch_fn(i: int) -> Batch:
             # Calibration batches: training-split windows keyed far beyond any training step.
+            # Every rank measures the same whole batch (the bare model, no gradient reduction),
+            # so every rank's statistics and plan are those of one process.
             micro = t.batch_size // t.grad_accum
             batch = self.data.train_batch(CALIBRATION_KEY + i, micro, t.seq_len)
-            return tuple(v.to(self.device) for v in local_rows(batch, dist))
+            return tuple(v.to(self.device) for v in batch)
 
         if self.step_seconds and hasattr(self.controller, "step_seconds"):
             self.controller.step_seconds = statistics.median(self.step_seconds)
         new = self.controller.on_step_end(self.step_count, self.model, self.optimizer, batch_fn)
+        # rank 0's plan on every rank (they agree; this makes it a guarantee)
+        new = distributed.from_rank0(new, dist, PrecisionPlan.to_dict, PrecisionPlan.from_dict)
         if new is None:
             return False
         previous, self.plan = self.plan, new
@@ -543,6 +589,18 @@ def train(cfg: C.Config, resume: str | Path | None = None, init_from: str | Path
 
 # ---------------------------------------------------------------------------------------------
 # Setting up: checks before anything is written, and the run directory.
+
+
+def _check_fsdp_support(cfg: C.Config) -> None:
+    """What FSDP runs cannot do yet: a one-line error before anything is written."""
+    if cfg.writeback.policy != "none":
+        raise UserError(f"writeback.policy={cfg.writeback.policy} is not supported with "
+                        "dist.strategy=fsdp yet (write-back needs the whole weight); use "
+                        "dist.strategy ddp or writeback.policy none")
+    if cfg.precision.mode == "adaptive":
+        raise UserError("precision.mode=adaptive is not supported with dist.strategy=fsdp yet "
+                        "(the statistics need the whole weights); use precision.mode fixed "
+                        "with precision.preset or precision.plan, or dist.strategy ddp")
 
 
 def _check_batch_split(t: C.TrainSection, dist: distributed.DistInfo) -> None:
