@@ -53,6 +53,7 @@ import os
 import random
 import shutil
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -304,8 +305,10 @@ def load_state(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -
 
     state = _train_state(model, optimizer)
     try:
-        dcp.load(state, checkpoint_id=str(path / SHARDED),
-                 no_dist=not (dist.is_available() and dist.is_initialized()))
+        with warnings.catch_warnings():  # "... assuming the intent is to load in a single
+            warnings.simplefilter("ignore", UserWarning)  # process": it is
+            dcp.load(state, checkpoint_id=str(path / SHARDED),
+                     no_dist=not (dist.is_available() and dist.is_initialized()))
     except (RuntimeError, ValueError, KeyError) as e:
         first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
         raise CheckpointError(f"checkpoint {path} does not fit this model and optimizer "
