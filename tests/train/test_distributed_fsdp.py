@@ -18,6 +18,7 @@ import torch
 import torch.multiprocessing as mp
 from safetensors.torch import load_file
 
+from snip.cli import main
 from snip.errors import UserError
 from snip.plan import PrecisionPlan
 from snip.train import checkpoint, from_sources, train
@@ -70,7 +71,8 @@ def _settings(tiny: dict, precision: dict) -> dict:
             "precision.mode": "fixed", **precision}
 
 
-def test_fsdp_two_ranks_match_one_process(tiny: dict, tmp_path: Path) -> None:
+def test_fsdp_two_ranks_match_one_process(tiny: dict, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture) -> None:
     """Round-to-nearest quantized GEMMs (a per-layer, per-GEMM mixed mxfp4/mxfp8 plan): the
     losses and final weights of one process, to float tolerance."""
     settings = _settings(tiny, {"precision.plan": mixed_plan(tmp_path / "mixed.json")})
@@ -83,10 +85,16 @@ def test_fsdp_two_ranks_match_one_process(tiny: dict, tmp_path: Path) -> None:
     w1, w2 = final_weights(runs / "one"), final_weights(runs / "fsdp")
     assert set(w1) <= set(w2)  # (the consolidated file stores a tied matrix twice)
     assert max((w1[k] - w2[k]).abs().max().item() for k in w1) < 1e-5
-    # the sharded checkpoint is a sharded one, and verified by its manifest
+    # the checkpoint is sharded, verified by its manifest, and refuses another model shape
     ckpt = checkpoint.load(checkpoint.find(runs / "fsdp"))
     assert ckpt.sharded and ckpt.meta["strategy"] == "fsdp" and ckpt.meta["world_size"] == 2
     assert any(name.startswith("sharded/") for name in ckpt.meta["files"])
+    other = {**settings, "run.name": "other", "model.name": "tiny-deep", "dist.strategy": "ddp"}
+    with pytest.raises(UserError, match="different model shape"):
+        train(from_sources(overrides=other, init_from=ckpt.path), init_from=ckpt.path)
+    assert main(["train", "--resume", str(runs / "fsdp"), "--dist.strategy", "ddp",
+                 "--model.name", "tiny-deep"]) == 2
+    assert "it holds a different model shape (n_layers=2" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -86,11 +86,10 @@ class DistInfo:
         return self.world_size > 1
 
 
-def setup(device_type: str, timeout: float | None = None,
-          strategy: Strategy = Strategy.DDP) -> DistInfo:
-    """Join the process group described by torchrun's environment variables (if any); every
-    collective then fails after ``timeout`` seconds instead of waiting forever. FSDP needs a
-    process group: without one it is a `UserError`."""
+def from_env(strategy: Strategy = Strategy.DDP) -> DistInfo:
+    """This process's place in the world, from torchrun's environment variables (a world of one
+    without them); joins nothing yet (see `join`), so a bad setting fails before any collective.
+    FSDP needs a process group: without one it is a `UserError`."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if world_size <= 1:
         if strategy is Strategy.FSDP:
@@ -98,12 +97,24 @@ def setup(device_type: str, timeout: float | None = None,
                             "with torchrun --nproc_per_node N (or use dist.strategy ddp, the "
                             "default, which is plain training in one process)")
         return DistInfo()
-    info = DistInfo(rank=int(os.environ["RANK"]), local_rank=int(os.environ.get("LOCAL_RANK", 0)),
+    return DistInfo(rank=int(os.environ["RANK"]), local_rank=int(os.environ.get("LOCAL_RANK", 0)),
                     world_size=world_size)
-    if not dist.is_initialized():
+
+
+def join(info: DistInfo, device_type: str, timeout: float | None = None) -> None:
+    """Join the process group (NCCL on CUDA, gloo on CPU) unless in a world of one; every
+    collective then fails after ``timeout`` seconds instead of waiting forever."""
+    if info.enabled and not dist.is_initialized():
         backend = "nccl" if device_type == "cuda" else "gloo"
         kw = {"timeout": datetime.timedelta(seconds=timeout)} if timeout else {}
         dist.init_process_group(backend=backend, **kw)
+
+
+def setup(device_type: str, timeout: float | None = None,
+          strategy: Strategy = Strategy.DDP) -> DistInfo:
+    """`from_env`, then `join`."""
+    info = from_env(strategy)
+    join(info, device_type, timeout)
     return info
 
 

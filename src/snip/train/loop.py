@@ -235,15 +235,16 @@ class Trainer:
         self.cfg, self.hooks = cfg, list(hooks)
         self.device = pick_device(t.device)
         self.strategy = distributed.Strategy(cfg.dist.strategy)
-        self.dist = distributed.setup(self.device.type, timeout=cfg.dist.timeout,
-                                      strategy=self.strategy)
+        self.dist = distributed.from_env(self.strategy)
         self.fsdp = self.dist.enabled and self.strategy is distributed.Strategy.FSDP
-        if self.device.type == "cuda" and self.dist.enabled:
-            self.device = torch.device("cuda", self.dist.local_rank)
-        torch.set_num_threads(t.threads or max(1, (os.cpu_count() or 2) // 2))
-        _check_batch_split(t, self.dist)
+        _check_batch_split(t, self.dist)  # before joining: every rank fails alike, at once
         if self.fsdp:
             _check_fsdp_support(cfg)
+        if self.device.type == "cuda" and self.dist.enabled:  # one GPU per rank, before NCCL
+            self.device = torch.device("cuda", self.dist.local_rank)
+            torch.cuda.set_device(self.device)
+        distributed.join(self.dist, self.device.type, timeout=cfg.dist.timeout)
+        torch.set_num_threads(t.threads or max(1, (os.cpu_count() or 2) // 2))
         self.data = open_data(cfg.data, order_seed(cfg))  # first: bad data loses nothing
         self.data.dataset.check_seq_len(t.seq_len)
         source = resume if resume is not None else init_from
