@@ -165,7 +165,7 @@ def wrap(model: nn.Module, info: DistInfo, strategy: Strategy, *,
 
         device = next(model.parameters()).device
         ids = [device.index] if device.type == "cuda" else None
-        return DistributedDataParallel(model, device_ids=ids, broadcast_buffers=False)
+        return DistributedDataParallel(model, device_ids=ids)
     from torch.distributed.fsdp import (
         CPUOffloadPolicy,
         MixedPrecisionPolicy,
