@@ -1,5 +1,6 @@
-"""SNIP on two DDP ranks: every rank measures the same (global) calibration batch and gets the
-same plan -- the plan of one process on the same global batch.
+"""SNIP on two ranks (DDP or FSDP): every rank measures the same (global) calibration batch
+and gets the same plan -- the plan of one process on the same global batch. Under FSDP the
+statistics run on a gathered whole copy of the model and optimizer.
 
 Only the first plan is compared with one process: its warm-up (bf16, round-to-nearest) trains
 the same weights on two ranks as on one. After it the FP4 candidate rounds gradients
@@ -54,14 +55,15 @@ def _plans(path: Path) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_ddp_ranks_get_the_single_process_plan(tiny: dict, tmp_path: Path) -> None:
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_ranks_get_the_single_process_plan(tiny: dict, tmp_path: Path, strategy: str) -> None:
     settings = {**tiny, "model.name": "tiny-deep", "train.steps": 5, "train.eval_every": 5,
                 "train.ckpt_every": 5, "precision.mode": "adaptive", "precision.warmup": 2,
                 "precision.every": 2, "precision.budget": 0.5, "precision.preset": "bf16"}
     train(from_sources(overrides={**settings, "run.name": "one"}),
           hooks=[RecordPlans(tmp_path / "one.jsonl")])
-    mp.spawn(_worker, args=(2, _free_port(), {**settings, "run.name": "ddp"}, str(tmp_path)),
-             nprocs=2, join=True)
+    split = {**settings, "run.name": strategy, "dist.strategy": strategy}
+    mp.spawn(_worker, args=(2, _free_port(), split, str(tmp_path)), nprocs=2, join=True)
     one = _plans(tmp_path / "one.jsonl")
     rank0, rank1 = _plans(tmp_path / "rank0.jsonl"), _plans(tmp_path / "rank1.jsonl")
     assert [p["step"] for p in one] == [2, 4]

@@ -216,6 +216,27 @@ def gradient_sync(wrapper: nn.Module, sync: bool) -> Iterator[None]:
         yield
 
 
+def full_replica(model: nn.Module, optimizer: torch.optim.Optimizer,
+                 build: Callable[[], tuple[nn.Module, torch.optim.Optimizer]],
+                 ) -> tuple[nn.Module, torch.optim.Optimizer]:
+    """A whole, unsharded copy of an FSDP ``model`` and its ``optimizer`` on every rank (a
+    collective): ``build()`` makes a fresh bare model and optimizer, which get the gathered
+    weights and optimizer state. The precision controller measures on it (its statistics need
+    whole weights and Adam moments); it costs one full copy per rank while it lives."""
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_state_dict,
+        set_state_dict,
+    )
+
+    weights, optim = get_state_dict(model, optimizer,
+                                    options=StateDictOptions(full_state_dict=True))
+    bare, bare_optimizer = build()
+    set_state_dict(bare, bare_optimizer, model_state_dict=weights, optim_state_dict=optim,
+                   options=StateDictOptions(full_state_dict=True))
+    return bare, bare_optimizer
+
+
 def local_tensor(t: torch.Tensor) -> torch.Tensor:
     """A plain tensor: the full value of a (replicated or partial) DTensor, else ``t``."""
     from torch.distributed.tensor import DTensor

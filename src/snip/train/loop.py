@@ -489,7 +489,12 @@ class Trainer:
 
         if self.step_seconds and hasattr(self.controller, "step_seconds"):
             self.controller.step_seconds = statistics.median(self.step_seconds)
-        new = self.controller.on_step_end(self.step_count, self.model, self.optimizer, batch_fn)
+        model, optimizer = self.model, self.optimizer
+        due = getattr(self.controller, "due", None)
+        if self.fsdp and (due is None or due(self.step_count)):
+            with distributed.collective(dist, "gathering the weights for the statistics"):
+                model, optimizer = distributed.full_replica(model, optimizer, self._bare)
+        new = self.controller.on_step_end(self.step_count, model, optimizer, batch_fn)
         # rank 0's plan on every rank (they agree; this makes it a guarantee)
         new = distributed.from_rank0(new, dist, PrecisionPlan.to_dict, PrecisionPlan.from_dict)
         if new is None:
@@ -500,6 +505,13 @@ class Trainer:
         for h in self.hooks:
             h.on_plan_change(self, self.step_count, self.plan)
         return True
+
+    def _bare(self) -> tuple[nn.Module, torch.optim.Optimizer]:
+        """A fresh unsharded model (with the plan) and optimizer like this run's; the global
+        RNG is left as it was (`distributed.full_replica` fills in the state)."""
+        with torch.random.fork_rng(devices=[]):
+            model = convert(build_model(self.model.config).to(self.device), self.plan)
+        return model, make_optimizer(model, self.cfg.train)
 
     # -- the loop --------------------------------------------------------------------------------
 
@@ -598,10 +610,6 @@ def _check_fsdp_support(cfg: C.Config) -> None:
         raise UserError(f"writeback.policy={cfg.writeback.policy} is not supported with "
                         "dist.strategy=fsdp yet (write-back needs the whole weight); use "
                         "dist.strategy ddp or writeback.policy none")
-    if cfg.precision.mode == "adaptive":
-        raise UserError("precision.mode=adaptive is not supported with dist.strategy=fsdp yet "
-                        "(the statistics need the whole weights); use precision.mode fixed "
-                        "with precision.preset or precision.plan, or dist.strategy ddp")
 
 
 def _check_batch_split(t: C.TrainSection, dist: distributed.DistInfo) -> None:
