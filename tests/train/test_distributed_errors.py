@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from snip.cli import main
 
@@ -26,8 +27,8 @@ def _err(capsys: pytest.CaptureFixture) -> str:
     (["--dist.mixed_precision", "fp8"], {}, "dist.mixed_precision must be one of none, bf16"),
     # torchrun's environment for rank 0 of 3: 4 rows do not split over 3 ranks
     ([], {"WORLD_SIZE": "3", "RANK": "0"}, "must be divisible by train.grad_accum x world size"),
-    (["--dist.strategy", "fsdp", "--writeback.policy", "stochastic"],
-     {"WORLD_SIZE": "2", "RANK": "0"}, "writeback.policy=stochastic is not supported with"),
+    (["--dist.strategy", "fsdp", "--writeback.policy", "eco"],
+     {"WORLD_SIZE": "2", "RANK": "0"}, "writeback.policy=eco is not supported with"),
 ])
 def test_bad_distributed_settings(argv: list[str], env: dict, match: str, tmp_path: Path,
                                   capsys: pytest.CaptureFixture,
@@ -37,3 +38,14 @@ def test_bad_distributed_settings(argv: list[str], env: dict, match: str, tmp_pa
     assert main(["train", *TINY, "--run.dir", str(tmp_path / "runs"), *argv]) == 2
     assert match in _err(capsys)
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_shard_that_is_not_fsdps_row_chunk_is_refused_naming_the_tensor() -> None:
+    from snip.errors import UserError
+    from snip.optim.shard import shard_rows
+
+    w = torch.zeros(5, 3)  # 5 rows over 2 ranks: FSDP gives rank 0 rows 0:3, rank 1 rows 3:5
+    assert shard_rows("w", w[:3], 0, 1) == slice(0, 3)
+    with pytest.raises(UserError, match=r"cannot place layers.0.w \(global \(5, 3\)\): rank 1 of"
+                                        r" 2 holds a shard of \(5, 3\), not rows 3:5"):
+        shard_rows("layers.0.w", w, 1, 2)

@@ -251,7 +251,7 @@ def _train_state(model: nn.Module, optimizer: torch.optim.Optimizer,
 def save_sharded(root: Path, step: int, *, rank: int, model: nn.Module,
                  optimizer: torch.optim.Optimizer, plan: dict[str, Any], config_toml: str,
                  meta: dict[str, Any], controller: dict[str, Any] | None = None,
-                 keep: int | None = None) -> Path:
+                 writeback: dict[str, Any] | None = None, keep: int | None = None) -> Path:
     """Write sharded checkpoint ``step`` from every rank (a collective: call it on all ranks
     together), atomically as `save`; returns its directory (on every rank)."""
     import torch.distributed as dist
@@ -280,6 +280,8 @@ def save_sharded(root: Path, step: int, *, rank: int, model: nn.Module,
             torch.save(capture_rng(), tmp / "rng.pt")
             if controller is not None:
                 torch.save(controller, tmp / "controller.pt")
+            if writeback is not None:  # whole tensors, the same on every rank
+                torch.save(writeback, tmp / "writeback.pt")
             (tmp / "plan.json").write_text(json.dumps(plan, indent=2) + "\n")
             (tmp / "config.toml").write_text(config_toml)
         dist.barrier()  # every rank's files are written

@@ -278,13 +278,21 @@ class Trainer:
             mixed_precision=distributed.MixedPrecision(cfg.dist.mixed_precision),
             cpu_offload=cfg.dist.cpu_offload)
         self.optimizer = make_optimizer(self.model, t)
-        self.writeback = wb.attach(cfg.writeback, self.model, self.optimizer, cfg.seed)
+        self.writeback = (_attach_sharded(cfg, self.model, self.optimizer, self.dist)
+                          if self.fsdp else
+                          wb.attach(cfg.writeback, self.model, self.optimizer, cfg.seed))
         if ckpt is not None:  # optimizer (+ write-back) state first: a mismatch must fail
             # before the run directory (config.toml, metrics.jsonl) is touched
-            if ckpt.sharded:  # weights too: DCP reshards to this run's layout
-                checkpoint.load_state(ckpt.path, self.model, self.optimizer)
-            elif full_optim is not None:
-                checkpoint.load_full_optimizer(self.model, self.optimizer, full_optim)
+            if ckpt.sharded or full_optim is not None:
+                if ckpt.sharded:  # weights too: DCP reshards to this run's layout
+                    checkpoint.load_state(ckpt.path, self.model, self.optimizer)
+                else:
+                    checkpoint.load_full_optimizer(self.model, self.optimizer, full_optim)
+                if self.writeback is not None or ckpt.writeback is not None:
+                    # the inner optimizer is loaded: the write-back wrapper's own state only
+                    wb.restore(self.writeback, self.optimizer, self.optimizer.state_dict(),
+                               ckpt.writeback, ckpt.path,
+                               fresh_wrapper=self.branched and saved.writeback != cfg.writeback)
             else:
                 wb.restore(self.writeback, self.optimizer, ckpt.optimizer, ckpt.writeback,
                            ckpt.path,
@@ -341,6 +349,7 @@ class Trainer:
                 "model": dict(self.model.config.to_dict()), "tokenizer": self.data.tokenizer,
                 "vocab_size": self.data.vocab_size, "schedule": self.schedule.to_dict()}
         state = self.controller.state_dict() if self.controller is not None else None
+        writeback = self.writeback.state_dict() if self.writeback is not None else None
         if self.fsdp:  # every rank writes its shards
             with distributed.collective(self.dist, "saving a sharded checkpoint"):
                 path = checkpoint.save_sharded(
@@ -348,13 +357,12 @@ class Trainer:
                     model=self.model, optimizer=self.optimizer, plan=self.plan.to_dict(),
                     config_toml=(self.dir / "config.toml").read_text()
                     if self.dist.is_main else "", meta=meta, controller=state,
-                    keep=self.cfg.train.keep_checkpoints)
+                    writeback=writeback, keep=self.cfg.train.keep_checkpoints)
             distributed.barrier(self.dist, "waiting for the sharded checkpoint")
             if not self.dist.is_main:
                 return None
             self.log.log("checkpoint", self.step_count, path=str(path.relative_to(self.dir)))
             return path
-        writeback = self.writeback.state_dict() if self.writeback is not None else None
         path = checkpoint.save(
             self.dir / "checkpoints", self.step_count, model=self.model,
             optimizer=self.optimizer, plan=self.plan.to_dict(),
@@ -606,10 +614,23 @@ def train(cfg: C.Config, resume: str | Path | None = None, init_from: str | Path
 
 def _check_fsdp_support(cfg: C.Config) -> None:
     """What FSDP runs cannot do yet: a one-line error before anything is written."""
-    if cfg.writeback.policy != "none":
-        raise UserError(f"writeback.policy={cfg.writeback.policy} is not supported with "
-                        "dist.strategy=fsdp yet (write-back needs the whole weight); use "
-                        "dist.strategy ddp or writeback.policy none")
+    if cfg.writeback.policy == "eco" or cfg.writeback.state_format:
+        what = ("writeback.policy=eco" if cfg.writeback.policy == "eco"
+                else "writeback.state_format")
+        raise UserError(f"{what} is not supported with dist.strategy=fsdp (it needs AdamW's "
+                        "state of the whole weight); use dist.strategy ddp")
+
+
+def _attach_sharded(cfg: C.Config, model: nn.Module, optimizer: torch.optim.Optimizer,
+                    dist: distributed.DistInfo) -> wb.Writeback | None:
+    """Write-back for an FSDP model (`snip.optim.shard`: policies on whole tensors)."""
+    if cfg.writeback.policy == "none":
+        return None
+    from snip.optim.shard import build_sharded
+
+    config = cfg.writeback.to_config(seed=cfg.seed, record_every=0)
+    return wb.Writeback(wb=build_sharded(model, optimizer, config, dist.rank, dist.world_size),
+                        policy=cfg.writeback.policy)
 
 
 def _check_batch_split(t: C.TrainSection, dist: distributed.DistInfo) -> None:
