@@ -18,7 +18,8 @@ One optimizer step (`Trainer.step`), readable top to bottom:
    rank's rows of it, split into ``grad_accum`` micro-batches; forward (optionally under bf16
    autocast) and backward each, scaling the loss by 1/grad_accum so the gradients add up to the
    mean;
-3. average the gradients over ranks, clip their global norm, and stop -- or skip the step with
+3. the gradients are averaged over ranks by DDP or FSDP2 in the last micro-batch's backward
+   (`snip.train.distributed`); clip their global norm, and stop -- or skip the step with
    ``train.skip_nonfinite`` -- if the loss or the gradient is not finite;
 4. AdamW step (decoupled weight decay on matrices only), through the weight write-back wrapper
    when ``writeback.policy`` is set (see `snip.train.writeback`).
