@@ -180,7 +180,8 @@ def wrap(model: nn.Module, info: DistInfo, strategy: Strategy, *,
         os.environ[FAST_ENV] = "0"
     mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
           if mixed_precision is MixedPrecision.BF16 else MixedPrecisionPolicy())
-    offload = CPUOffloadPolicy() if cpu_offload else OffloadPolicy()
+    on_gpu = next(model.parameters()).device.type == "cuda"
+    offload = CPUOffloadPolicy() if cpu_offload and on_gpu else OffloadPolicy()  # CPU: no-op
     for block in getattr(model, "layers", ()):
         fully_shard(block, mp_policy=mp, offload_policy=offload)
     fully_shard(model, mp_policy=mp, offload_policy=offload)
