@@ -47,9 +47,9 @@ from torch import nn
 
 from snip.errors import UserError
 
-# Messages of torch.distributed errors that mean "a peer is hung or gone", not a bug.
 T = TypeVar("T")
 FAST_ENV = "SNIP_FAST"  # "0" turns off the fused CPU quantizers (snip.formats.fast)
+# Messages of torch.distributed errors that mean "a peer is hung or gone", not a bug.
 PEER_FAILURES = ("timed out", "timeout", "connection closed", "connection reset", "broken pipe")
 
 
