@@ -32,6 +32,16 @@ alive, is renamed back into place (the new ``.tmp-`` copy preferred over the ``.
 
 A full disk while saving removes the partial temporary directory and raises a one-line
 `CheckpointError` naming the file and the space needed; the earlier checkpoints are untouched.
+
+Sharded checkpoints (``--dist.strategy fsdp``, `save_sharded`): every rank writes its shards of
+the weights and of the optimizer state with `torch.distributed.checkpoint` (DCP) into
+``sharded/`` of the same temporary directory, and its RNG state to ``rng_rank<R>.pt``; rank 0
+adds a consolidated ``model.safetensors`` (what ``snip export``, ``snip sample`` and ``snip plan``
+read), the plan, config, controller and meta.json with the manifest of every file, then renames
+the directory into place after a barrier: the same atomicity as above. DCP records the global
+shape of every tensor, so a sharded checkpoint loads into any world size or strategy -- and
+into one process (`load_state`); a single-file checkpoint loads into an FSDP run through the
+full-state-dict path (`load_full_into_sharded`).
 """
 
 from __future__ import annotations
@@ -43,6 +53,7 @@ import os
 import random
 import shutil
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,6 +67,7 @@ from torch import nn
 from snip.errors import MissingFileError, UserError
 
 PREFIX = "step_"
+SHARDED = "sharded"  # the torch.distributed.checkpoint directory of a sharded checkpoint
 # Test hook: "STEP:SECONDS" sleeps inside the write of checkpoint STEP (after the weights are
 # written, before the rename), so a test can kill the process exactly there.
 PAUSE_ENV = "SNIP_CHECKPOINT_PAUSE"
@@ -76,6 +88,17 @@ class Checkpoint:
     controller: dict[str, Any] | None
     writeback: dict[str, Any] | None = None
     config_toml: str = ""  # the run's config.toml (with its history) when it was saved
+
+    @property
+    def sharded(self) -> bool:
+        """Written by an FSDP run: weights and optimizer state live in ``sharded/`` (DCP)."""
+        return (self.path / SHARDED).is_dir()
+
+    def rng_of(self, rank: int) -> dict[str, Any]:
+        """The RNG state rank ``rank`` saved (sharded checkpoints keep one per rank; a rank the
+        saving run did not have, and every single-file checkpoint, gets rank 0's)."""
+        own = self.path / f"rng_rank{rank}.pt"
+        return torch.load(own, weights_only=False) if own.is_file() else self.rng
 
     def load_weights(self, model: nn.Module) -> None:
         missing, unexpected = load_model(model, self.path / "model.safetensors", strict=False)
@@ -197,13 +220,126 @@ def _write(tmp: Path, step: int, *, model: nn.Module, optimizer: torch.optim.Opt
         torch.save(writeback, tmp / "writeback.pt")
     (tmp / "plan.json").write_text(json.dumps(plan, indent=2) + "\n")
     (tmp / "config.toml").write_text(config_toml)
-    files = sorted(p for p in tmp.iterdir())
-    manifest = {p.name: {"size": p.stat().st_size, "sha256": _sha256(p)} for p in files}
+    _finish(tmp, step, meta)
+
+
+def _finish(tmp: Path, step: int, meta: dict[str, Any]) -> None:
+    """meta.json with the manifest of every file under ``tmp`` (written last), all fsynced."""
+    files = sorted(p for p in tmp.rglob("*") if p.is_file())
+    manifest = {str(p.relative_to(tmp)): {"size": p.stat().st_size, "sha256": _sha256(p)}
+                for p in files}
     (tmp / "meta.json").write_text(json.dumps({**meta, "step": step, "files": manifest},
                                               indent=2) + "\n")
-    for p in tmp.iterdir():
+    for p in (*files, tmp / "meta.json"):
         _fsync(p)
+    for d in (p for p in tmp.rglob("*") if p.is_dir()):
+        _fsync(d)
     _fsync(tmp)
+
+
+def _train_state(model: nn.Module, optimizer: torch.optim.Optimizer,
+                 full: bool = False) -> dict[str, Any]:
+    """Weights and optimizer state keyed by parameter name (FQN), in the model's own layout
+    (DTensor shards under FSDP) or, with ``full``, as whole tensors on the CPU."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+    options = StateDictOptions(full_state_dict=full, cpu_offload=full)
+    weights, optim = get_state_dict(model, optimizer, options=options)
+    return {"model": weights, "optim": optim}
+
+
+def save_sharded(root: Path, step: int, *, rank: int, model: nn.Module,
+                 optimizer: torch.optim.Optimizer, plan: dict[str, Any], config_toml: str,
+                 meta: dict[str, Any], controller: dict[str, Any] | None = None,
+                 writeback: dict[str, Any] | None = None, keep: int | None = None) -> Path:
+    """Write sharded checkpoint ``step`` from every rank (a collective: call it on all ranks
+    together), atomically as `save`; returns its directory (on every rank)."""
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from safetensors.torch import save_file
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    root.mkdir(parents=True, exist_ok=True)
+    final = step_dir(root, step)
+    name = [f".tmp-{final.name}-{os.getpid()}"]
+    dist.broadcast_object_list(name, src=0)  # rank 0's pid names the shared temporary dir
+    tmp = root / name[0]
+    if rank == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+    dist.barrier()
+    try:
+        dcp.save(_train_state(model, optimizer), checkpoint_id=str(tmp / SHARDED))
+        torch.save(capture_rng(), tmp / f"rng_rank{rank}.pt")
+        full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True,
+                                                                    cpu_offload=True))
+        if rank == 0:
+            save_file({k: v.contiguous().clone() for k, v in full.items()},  # tied: 2 copies
+                      str(tmp / "model.safetensors"))
+            _maybe_pause(step)
+            torch.save(capture_rng(), tmp / "rng.pt")
+            if controller is not None:
+                torch.save(controller, tmp / "controller.pt")
+            if writeback is not None:  # whole tensors, the same on every rank
+                torch.save(writeback, tmp / "writeback.pt")
+            (tmp / "plan.json").write_text(json.dumps(plan, indent=2) + "\n")
+            (tmp / "config.toml").write_text(config_toml)
+        dist.barrier()  # every rank's files are written
+        if rank == 0:
+            _finish(tmp, step, meta)
+            _replace_dir(tmp, final)
+            _fsync(root)
+            _cleanup(root, keep)
+    except BaseException:
+        if rank == 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def load_state(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """Load a sharded checkpoint's weights and optimizer state into ``model``/``optimizer``,
+    whatever their layout: FSDP shards of any world size, DDP replicas, or one process (DCP
+    reshards by the global shapes it recorded)."""
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import set_state_dict
+
+    state = _train_state(model, optimizer)
+    try:
+        with warnings.catch_warnings():  # "... assuming the intent is to load in a single
+            warnings.simplefilter("ignore", UserWarning)  # process": it is
+            dcp.load(state, checkpoint_id=str(path / SHARDED),
+                     no_dist=not (dist.is_available() and dist.is_initialized()))
+    except (RuntimeError, ValueError, KeyError) as e:
+        first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+        raise CheckpointError(f"checkpoint {path} does not fit this model and optimizer "
+                              f"({first})") from None
+    set_state_dict(model, optimizer, model_state_dict=state["model"],
+                   optim_state_dict=state["optim"])
+
+
+def full_optimizer_state(model: nn.Module, optimizer_state: dict[str, Any],
+                         make_optimizer: Any) -> dict[str, Any]:
+    """A single-file checkpoint's optimizer state (keyed by parameter index) keyed by parameter
+    name instead, for `load_full_into_sharded`; ``make_optimizer(model)`` builds an optimizer
+    with the run's parameter groups over the (not yet sharded) ``model``."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+    optimizer = make_optimizer(model)
+    optimizer.load_state_dict(optimizer_state)
+    return get_optimizer_state_dict(model, optimizer,
+                                    options=StateDictOptions(full_state_dict=True))
+
+
+def load_full_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer,
+                        optim: dict[str, Any]) -> None:
+    """Name-keyed whole optimizer state (`full_optimizer_state`) into the optimizer of an FSDP
+    model: every rank keeps its own shards. (The weights were loaded before sharding.)"""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+    set_optimizer_state_dict(model, optimizer, optim,
+                             options=StateDictOptions(full_state_dict=True))
 
 
 def _replace_dir(tmp: Path, final: Path) -> None:
@@ -338,7 +474,8 @@ def load(path: Path) -> Checkpoint:
         return Checkpoint(
             path=path, step=int(meta["step"]), meta=meta,
             plan=json.loads((path / "plan.json").read_text()),
-            optimizer=torch.load(path / "optimizer.pt", weights_only=True),
+            optimizer=(torch.load(path / "optimizer.pt", weights_only=True)
+                       if (path / "optimizer.pt").is_file() else {}),
             rng=torch.load(path / "rng.pt", weights_only=False), controller=controller,
             writeback=writeback, config_toml=(path / "config.toml").read_text())
     except (OSError, RuntimeError, ValueError, SafetensorError) as e:

@@ -46,7 +46,8 @@ HISTORY = "history"  # the config.toml array of settings changed by --resume
 # else makes a different run: branch it with --init-from.
 RESUMABLE = ("train.steps", "train.eval_every", "train.eval_batches", "train.ckpt_every",
              "train.keep_checkpoints", "train.threads", "train.device", "train.skip_nonfinite",
-             "log.every", "log.progress", "log.tensorboard")
+             "log.every", "log.progress", "log.tensorboard", "dist.timeout", "dist.strategy",
+             "dist.cpu_offload")
 FLOAT32_MAX = 3.4028234663852886e38
 DEVICE_PATTERN = r"auto|cpu|mps|cuda(:\d+)?"
 SEED_LIMIT = 2**32  # numpy's seeds are 32-bit
@@ -260,12 +261,24 @@ class RunSection:
 
 @dataclass(frozen=True, kw_only=True)
 class DistSection:
+    """Multi-process training (``torchrun``); a world of one ignores all but the checks."""
+
+    strategy: str = opt("ddp", "data parallelism when launched with torchrun: 'ddp' "
+                               "(DistributedDataParallel: a full replica per rank) or 'fsdp' "
+                               "(FSDP2 fully_shard per transformer block: parameters, gradients "
+                               "and optimizer state sharded; sharded checkpoints)")
+    mixed_precision: str = opt("none", "fsdp: compute dtype of the gathered parameters, 'none' "
+                                       "(as stored) or 'bf16' (gradients reduced in fp32)")
+    cpu_offload: bool = opt(False, "fsdp: keep parameter shards, gradients and optimizer state "
+                                   "in CPU memory (CUDA runs; slower, less GPU memory)")
     timeout: float = opt(300.0, "seconds a rank waits in a collective (gradient all-reduce, "
                                 "barrier) before the run stops with an error: a hung or "
                                 "killed peer cannot block the others forever; must exceed the "
                                 "time rank 0 needs to save a checkpoint")
 
     def __post_init__(self) -> None:
+        _choice("dist.strategy", self.strategy, ("ddp", "fsdp"))
+        _choice("dist.mixed_precision", self.mixed_precision, ("none", "bf16"))
         _positive("dist.timeout", self.timeout)
 
 

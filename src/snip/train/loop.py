@@ -18,7 +18,8 @@ One optimizer step (`Trainer.step`), readable top to bottom:
    rank's rows of it, split into ``grad_accum`` micro-batches; forward (optionally under bf16
    autocast) and backward each, scaling the loss by 1/grad_accum so the gradients add up to the
    mean;
-3. average the gradients over ranks, clip their global norm, and stop -- or skip the step with
+3. the gradients are averaged over ranks by DDP or FSDP2 in the last micro-batch's backward
+   (`snip.train.distributed`); clip their global norm, and stop -- or skip the step with
    ``train.skip_nonfinite`` -- if the loss or the gradient is not finite;
 4. AdamW step (decoupled weight decay on matrices only), through the weight write-back wrapper
    when ``writeback.policy`` is set (see `snip.train.writeback`).
@@ -234,11 +235,17 @@ class Trainer:
         t = cfg.train
         self.cfg, self.hooks = cfg, list(hooks)
         self.device = pick_device(t.device)
-        self.dist = distributed.setup(self.device.type, timeout=cfg.dist.timeout)
-        if self.device.type == "cuda" and self.dist.enabled:
+        self.strategy = distributed.Strategy(cfg.dist.strategy)
+        self.dist = distributed.from_env(self.strategy)
+        self.fsdp = self.dist.enabled and self.strategy is distributed.Strategy.FSDP
+        _check_batch_split(t, self.dist)  # before joining: every rank fails alike, at once
+        if self.fsdp:
+            _check_fsdp_support(cfg)
+        if self.device.type == "cuda" and self.dist.enabled:  # one GPU per rank, before NCCL
             self.device = torch.device("cuda", self.dist.local_rank)
+            torch.cuda.set_device(self.device)
+        distributed.join(self.dist, self.device.type, timeout=cfg.dist.timeout)
         torch.set_num_threads(t.threads or max(1, (os.cpu_count() or 2) // 2))
-        _check_batch_split(t, self.dist)
         self.data = open_data(cfg.data, order_seed(cfg))  # first: bad data loses nothing
         self.data.dataset.check_seq_len(t.seq_len)
         source = resume if resume is not None else init_from
@@ -255,15 +262,42 @@ class Trainer:
 
         torch.manual_seed(cfg.seed)  # identical init on every rank
         model = build_model(model_cfg).to(self.device)
-        distributed.broadcast_parameters(model, self.dist)
+        distributed.broadcast_parameters(model, self.dist)  # (DDP checks it; FSDP shards it)
         self.plan = PrecisionPlan.from_dict(ckpt.plan) if inherit else initial_plan(cfg.precision)
         self.model = convert(model, self.plan)
+        full_optim = None
+        if self.fsdp and ckpt is not None and not ckpt.sharded:
+            # a single-file checkpoint into FSDP: whole weights before sharding, the optimizer
+            # state keyed by name (loaded into the shards below)
+            ckpt.load_weights(self.model)
+            full_optim = checkpoint.full_optimizer_state(
+                self.model, ckpt.optimizer, lambda m: make_optimizer(m, t))
+        # `engine` runs the training forwards: the model itself, its DDP wrapper, or the model
+        # sharded in place by FSDP2 (then the optimizer must be built after sharding)
+        self.engine = distributed.wrap(
+            self.model, self.dist, self.strategy,
+            mixed_precision=distributed.MixedPrecision(cfg.dist.mixed_precision),
+            cpu_offload=cfg.dist.cpu_offload)
         self.optimizer = make_optimizer(self.model, t)
-        self.writeback = wb.attach(cfg.writeback, self.model, self.optimizer, cfg.seed)
+        self.writeback = (_attach_sharded(cfg, self.model, self.optimizer, self.dist)
+                          if self.fsdp else
+                          wb.attach(cfg.writeback, self.model, self.optimizer, cfg.seed))
         if ckpt is not None:  # optimizer (+ write-back) state first: a mismatch must fail
             # before the run directory (config.toml, metrics.jsonl) is touched
-            wb.restore(self.writeback, self.optimizer, ckpt.optimizer, ckpt.writeback, ckpt.path,
-                       fresh_wrapper=self.branched and saved.writeback != cfg.writeback)
+            if ckpt.sharded or full_optim is not None:
+                if ckpt.sharded:  # weights too: DCP reshards to this run's layout
+                    checkpoint.load_state(ckpt.path, self.model, self.optimizer)
+                else:
+                    checkpoint.load_full_optimizer(self.model, self.optimizer, full_optim)
+                if self.writeback is not None or ckpt.writeback is not None:
+                    # the inner optimizer is loaded: the write-back wrapper's own state only
+                    wb.restore(self.writeback, self.optimizer, self.optimizer.state_dict(),
+                               ckpt.writeback, ckpt.path,
+                               fresh_wrapper=self.branched and saved.writeback != cfg.writeback)
+            else:
+                wb.restore(self.writeback, self.optimizer, ckpt.optimizer, ckpt.writeback,
+                           ckpt.path,
+                           fresh_wrapper=self.branched and saved.writeback != cfg.writeback)
         self.dir = run_dir_for(cfg)
         start = ckpt.step if ckpt is not None else 0
         self.controller = make_controller(
@@ -297,24 +331,39 @@ class Trainer:
 
     def _restore(self, ckpt: checkpoint.Checkpoint, inherit: bool) -> None:
         """Weights, controller, RNGs and counters (the optimizer state is loaded before)."""
-        ckpt.load_weights(self.model)
+        if not (ckpt.sharded or self.fsdp):  # those weights are loaded already
+            ckpt.load_weights(self.model)
         self.plan.apply(self.model)
         if inherit and self.controller is not None and ckpt.controller is not None:
             self.controller.load_state_dict(ckpt.controller)
-        checkpoint.restore_rng(ckpt.rng)
+        checkpoint.restore_rng(ckpt.rng_of(self.dist.rank))
         self.step_count, self.skipped = ckpt.step, int(ckpt.meta.get("skipped", 0))
 
     def save(self) -> Path | None:
         """Checkpoint the current state (rank 0 writes; every rank waits until it is on disk, so
         no rank exits while rank 0 is still saving); returns its directory."""
-        if not self.dist.is_main:
+        if not self.dist.is_main and not self.fsdp:
             distributed.barrier(self.dist, "waiting for rank 0 to save a checkpoint")
             return None
         meta = {"skipped": self.skipped, "world_size": self.dist.world_size,
+                "strategy": self.strategy.value if self.dist.enabled else "none",
                 "model": dict(self.model.config.to_dict()), "tokenizer": self.data.tokenizer,
                 "vocab_size": self.data.vocab_size, "schedule": self.schedule.to_dict()}
         state = self.controller.state_dict() if self.controller is not None else None
         writeback = self.writeback.state_dict() if self.writeback is not None else None
+        if self.fsdp:  # every rank writes its shards
+            with distributed.collective(self.dist, "saving a sharded checkpoint"):
+                path = checkpoint.save_sharded(
+                    self.dir / "checkpoints", self.step_count, rank=self.dist.rank,
+                    model=self.model, optimizer=self.optimizer, plan=self.plan.to_dict(),
+                    config_toml=(self.dir / "config.toml").read_text()
+                    if self.dist.is_main else "", meta=meta, controller=state,
+                    writeback=writeback, keep=self.cfg.train.keep_checkpoints)
+            distributed.barrier(self.dist, "waiting for the sharded checkpoint")
+            if not self.dist.is_main:
+                return None
+            self.log.log("checkpoint", self.step_count, path=str(path.relative_to(self.dir)))
+            return path
         path = checkpoint.save(
             self.dir / "checkpoints", self.step_count, model=self.model,
             optimizer=self.optimizer, plan=self.plan.to_dict(),
@@ -343,23 +392,26 @@ class Trainer:
             group["lr"] = lr
 
         # 2. forward/backward over this rank's micro-batches
+        # (DDP/FSDP average the gradients over ranks in the last micro-batch's backward)
         micro = t.batch_size // t.grad_accum // dist.world_size
         x, y = local_rows(self.data.train_batch(step, t.batch_size, t.seq_len), dist)
         loss_sum = torch.zeros((), device=self.device)
-        for m in range(t.grad_accum):
-            xm = x[m * micro:(m + 1) * micro].to(self.device, non_blocking=True)
-            ym = y[m * micro:(m + 1) * micro].to(self.device, non_blocking=True)
-            sync_quant_counters(model, step * t.grad_accum + m)
-            with autocast(self.device, t.bf16):
-                _, loss = model(xm, ym)
-            (loss / t.grad_accum).backward()
-            loss_sum += loss.detach().float()
+        with distributed.collective(dist, "the forward/backward (gradient reduction)"):
+            for m in range(t.grad_accum):
+                xm = x[m * micro:(m + 1) * micro].to(self.device, non_blocking=True)
+                ym = y[m * micro:(m + 1) * micro].to(self.device, non_blocking=True)
+                sync_quant_counters(model, step * t.grad_accum + m)
+                with distributed.gradient_sync(self.engine, m == t.grad_accum - 1):
+                    with autocast(self.device, t.bf16):
+                        _, loss = self.engine(xm, ym)
+                    (loss / t.grad_accum).backward()
+                loss_sum += loss.detach().float()
 
-        # 3. average over ranks, clip, and refuse to apply a non-finite update
-        distributed.average_gradients(model, dist)
+        # 3. the mean loss over ranks, clip, and refuse to apply a non-finite update
         loss_val = distributed.mean_over_ranks(loss_sum / t.grad_accum, dist).item()
-        grad_norm = torch.nn.utils.clip_grad_norm_(
-            model.parameters(), t.grad_clip if t.grad_clip > 0 else math.inf).item()
+        with distributed.collective(dist, "the gradient norm"):
+            grad_norm = distributed.local_tensor(torch.nn.utils.clip_grad_norm_(
+                model.parameters(), t.grad_clip if t.grad_clip > 0 else math.inf)).item()
         finite = math.isfinite(loss_val) and math.isfinite(grad_norm)
         if not finite:
             optimizer.zero_grad(set_to_none=True)
@@ -438,13 +490,22 @@ class Trainer:
 
         def batch_fn(i: int) -> Batch:
             # Calibration batches: training-split windows keyed far beyond any training step.
+            # Every rank measures the same whole batch (the bare model, no gradient reduction),
+            # so every rank's statistics and plan are those of one process.
             micro = t.batch_size // t.grad_accum
             batch = self.data.train_batch(CALIBRATION_KEY + i, micro, t.seq_len)
-            return tuple(v.to(self.device) for v in local_rows(batch, dist))
+            return tuple(v.to(self.device) for v in batch)
 
         if self.step_seconds and hasattr(self.controller, "step_seconds"):
             self.controller.step_seconds = statistics.median(self.step_seconds)
-        new = self.controller.on_step_end(self.step_count, self.model, self.optimizer, batch_fn)
+        model, optimizer = self.model, self.optimizer
+        due = getattr(self.controller, "due", None)
+        if self.fsdp and (due is None or due(self.step_count)):
+            with distributed.collective(dist, "gathering the weights for the statistics"):
+                model, optimizer = distributed.full_replica(model, optimizer, self._bare)
+        new = self.controller.on_step_end(self.step_count, model, optimizer, batch_fn)
+        # rank 0's plan on every rank (they agree; this makes it a guarantee)
+        new = distributed.from_rank0(new, dist, PrecisionPlan.to_dict, PrecisionPlan.from_dict)
         if new is None:
             return False
         previous, self.plan = self.plan, new
@@ -453,6 +514,13 @@ class Trainer:
         for h in self.hooks:
             h.on_plan_change(self, self.step_count, self.plan)
         return True
+
+    def _bare(self) -> tuple[nn.Module, torch.optim.Optimizer]:
+        """A fresh unsharded model (with the plan) and optimizer like this run's; the global
+        RNG is left as it was (`distributed.full_replica` fills in the state)."""
+        with torch.random.fork_rng(devices=[]):
+            model = convert(build_model(self.model.config).to(self.device), self.plan)
+        return model, make_optimizer(model, self.cfg.train)
 
     # -- the loop --------------------------------------------------------------------------------
 
@@ -543,6 +611,27 @@ def train(cfg: C.Config, resume: str | Path | None = None, init_from: str | Path
 
 # ---------------------------------------------------------------------------------------------
 # Setting up: checks before anything is written, and the run directory.
+
+
+def _check_fsdp_support(cfg: C.Config) -> None:
+    """What FSDP runs cannot do yet: a one-line error before anything is written."""
+    if cfg.writeback.policy == "eco" or cfg.writeback.state_format:
+        what = ("writeback.policy=eco" if cfg.writeback.policy == "eco"
+                else "writeback.state_format")
+        raise UserError(f"{what} is not supported with dist.strategy=fsdp (it needs AdamW's "
+                        "state of the whole weight); use dist.strategy ddp")
+
+
+def _attach_sharded(cfg: C.Config, model: nn.Module, optimizer: torch.optim.Optimizer,
+                    dist: distributed.DistInfo) -> wb.Writeback | None:
+    """Write-back for an FSDP model (`snip.optim.shard`: policies on whole tensors)."""
+    if cfg.writeback.policy == "none":
+        return None
+    from snip.optim.shard import build_sharded
+
+    config = cfg.writeback.to_config(seed=cfg.seed, record_every=0)
+    return wb.Writeback(wb=build_sharded(model, optimizer, config, dist.rank, dist.world_size),
+                        policy=cfg.writeback.policy)
 
 
 def _check_batch_split(t: C.TrainSection, dist: distributed.DistInfo) -> None:
