@@ -43,6 +43,7 @@ from typing import Any
 from snip.compare.arms import Arm, Kind
 from snip.compare.stats import Paired, gap_closed, paired, percentile_among
 from snip.errors import UserError
+from snip.train.rundir import pid_alive
 
 SWEEP_FILE, RESULT_FILE, CLAIM_FILE = "sweep.json", "result.json", ".claim"
 METRICS = ("val_loss_hp", "val_loss")  # high precision first: the primary comparison
@@ -216,16 +217,6 @@ def run_sweep(sweep: Sweep, echo: Callable[[str], None] = print, arm_major: bool
     return True
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def claim(run_dir: Path) -> bool:
     """Claim a branch for this process; False when another live process holds it."""
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -243,7 +234,7 @@ def claim(run_dir: Path) -> bool:
                     return False  # being written or removed right now: leave it
                 if pid == os.getpid():
                     return True
-                if _alive(pid):
+                if pid_alive(pid):
                     return False
                 path.unlink(missing_ok=True)  # its worker is gone: take it over
         return False

@@ -199,8 +199,9 @@ class WritebackOptimizer:
     def _record(self, name: str, frozen: torch.Tensor, d: torch.Tensor, g: torch.Tensor | None,
                 w: torch.Tensor) -> TensorRecord:
         tiles = tile_means(frozen.float(), self.tile_size).float() if self.record_tiles else None
-        return TensorRecord(numel=frozen.numel(), frozen=float(frozen.float().mean()),
-                            never_moved=1.0 - float(self.moved[name].float().mean()),
+        n = frozen.numel()  # integer counts: never_moved <= frozen holds exactly
+        return TensorRecord(numel=n, frozen=int(frozen.sum()) / n,
+                            never_moved=(n - int(self.moved[name].sum())) / n,
                             d_norm=float(d.norm()), w_norm=float(w.norm()),
                             g_norm=float(g.norm()) if g is not None else 0.0, tile_frozen=tiles)
 
@@ -213,7 +214,7 @@ class WritebackOptimizer:
     # ---- audit helpers -------------------------------------------------------------------
     def never_moved(self) -> dict[str, float]:
         """Fraction of each managed tensor whose stored value never changed since wrapping."""
-        return {n: 1.0 - float(m.float().mean()) for n, m in self.moved.items()}
+        return {n: (m.numel() - int(m.sum())) / m.numel() for n, m in self.moved.items()}
 
     def state_bytes(self) -> dict[str, int]:
         """Bytes of write-back state: packed stored weights, masters/indices, optimizer states."""

@@ -65,6 +65,7 @@ from safetensors.torch import load_model, save_model
 from torch import nn
 
 from snip.errors import MissingFileError, UserError
+from snip.train.rundir import pid_alive
 
 PREFIX = "step_"
 SHARDED = "sharded"  # the torch.distributed.checkpoint directory of a sharded checkpoint
@@ -405,13 +406,7 @@ def _previous_hint(path: Path) -> str:
 def _alive(pid: int) -> bool:
     if pid == os.getpid():
         return False  # our own leftovers from an earlier run in this process
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return pid_alive(pid)
 
 
 def recover(root: Path) -> list[Path]:

@@ -70,6 +70,17 @@ class RunLock:
         self.release()
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this id exists (one we may not signal counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def lock(run_dir: Path) -> RunLock:
     """Take the writer lock of ``run_dir`` (created if missing) or raise `UserError`."""
     return RunLock(run_dir).acquire()
