@@ -190,6 +190,10 @@ class PrecisionSection:
                              "or only 'loss' or 'weight' (ablations)")
     plan_seed: int = opt(0, "adaptive: seed of the random baseline's plan (one fixed plan per "
                             "seed, the same at every re-plan)")
+    gemm: str = opt("emulated", "how the FP8 GEMMs run: emulated (fp32 GEMM on the dequantized "
+                                "operands, any device) or native (torch._scaled_mm on the FP8 "
+                                "codes; emulated with one warning where unsupported); kept "
+                                "across re-plans")
 
     def __post_init__(self) -> None:
         _choice("precision.mode", self.mode, ("fixed", "adaptive"))
@@ -210,6 +214,7 @@ class PrecisionSection:
         if not 0 <= self.ema_decay < 1:
             raise UserError(f"precision.ema_decay must be in [0, 1), got {self.ema_decay!r}")
         _choice("precision.terms", self.terms, ("both", "loss", "weight"))
+        _choice("precision.gemm", self.gemm, ("emulated", "native"))
         _non_negative("precision.plan_seed", self.plan_seed)
         if isinstance(self.warmup, bool) or self.warmup < -1:
             raise UserError(f"precision.warmup must be >= 0 (or -1: automatic), got "

@@ -45,7 +45,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -508,7 +508,8 @@ class Trainer:
         new = distributed.from_rank0(new, dist, PrecisionPlan.to_dict, PrecisionPlan.from_dict)
         if new is None:
             return False
-        previous, self.plan = self.plan, new
+        # a re-plan changes formats, never how the GEMMs run (emulated or native)
+        previous, self.plan = self.plan, replace(new, gemm=self.plan.gemm)
         self.plan.apply(self.model)
         self.record_plan(previous, bar)
         for h in self.hooks:

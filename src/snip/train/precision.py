@@ -14,6 +14,7 @@ travels in checkpoints so that adaptive runs resume exactly too.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -46,10 +47,10 @@ class PrecisionController(Protocol):
 
 
 def initial_plan(cfg: PrecisionSection) -> PrecisionPlan:
-    """The plan a run starts with: the plan file if given, else the preset."""
-    if cfg.plan:
-        return PrecisionPlan.from_json(cfg.plan)
-    return PrecisionPlan.uniform(cfg.preset)
+    """The plan a run starts with: the plan file if given, else the preset; ``precision.gemm =
+    "native"`` overrides the file's ``gemm`` key (the file's key stands otherwise)."""
+    plan = PrecisionPlan.from_json(cfg.plan) if cfg.plan else PrecisionPlan.uniform(cfg.preset)
+    return replace(plan, gemm=cfg.gemm) if cfg.gemm != "emulated" else plan
 
 
 def make_controller(cfg: PrecisionSection, out_dir: Path, is_main: bool, seed: int = 0,
@@ -78,4 +79,5 @@ def explicit(plan: PrecisionPlan, model: nn.Module, step: int) -> PrecisionPlan:
     report can draw the precision map without rebuilding the model."""
     table = plan.resolve(model)
     meta = {**plan.meta, "step": step, "fp4_flop_fraction": fp4_flop_fraction(table, model)}
-    return PrecisionPlan.from_table(table, default=plan.default, meta=meta)
+    return replace(PrecisionPlan.from_table(table, default=plan.default, meta=meta),
+                   gemm=plan.gemm)
