@@ -1,12 +1,13 @@
 """Ablation of the SNIP objective: loss-only, weight-only, combined (nats), old sum-normalised.
 
-1. Train the ``tiny`` model in fp32 for ``--steps`` steps (the checkpoint), as
-   ``validate_sensitivity.py`` does.
+1. Train the ``tiny`` model in fp32 for ``--steps`` steps (the checkpoint) with ``snip.train``
+   (the product's training loop), on a schedule of ``--steps + --k`` steps.
 2. Predict with one statistics cycle (:func:`snip.sensitivity.measure`, ``--micro-batches``).
 3. Ground truth, in nats, for every linear layer ``l``: continue ``--k`` AdamW steps with *all
-   three* GEMMs of ``l`` in ``fp4_e2m1_tile128`` (the rest fp32), then evaluate the held-out
-   loss with ``l`` still quantized; subtract the fp32 continuation on the same batches.
-   Averaged over ``--repeats`` continuations on different batches (and rounding draws).
+   three* GEMMs of ``l`` in ``fp4_e2m1_tile128`` (the rest fp32) as an ``--init-from`` branch
+   of the checkpoint, then evaluate the held-out loss with ``l`` still quantized; subtract the
+   fp32 branch on the same batches. Averaged over ``--repeats`` branches, each on its own data
+   order (``data.order_seed``), so on different batches and rounding draws.
 4. Spearman rank correlation over layers of each predictor with that damage, and the ratio of
    predicted to measured total nats.  Writes ``benchmarks/out/ablate_sensitivity.json``.
 
@@ -16,41 +17,21 @@
 from __future__ import annotations
 
 import argparse
-import copy
-import math
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-import torch
 from scipy.stats import spearmanr
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _util import write_json  # noqa: E402
-from snip.nn import convert  # noqa: E402
 from snip.sensitivity import Normalization, SensitivityConfig, measure  # noqa: E402
-from validate_sensitivity import held_out_loss, one_layer_plan  # noqa: E402
-
-
-def lr_at(step: int, steps: int, lr: float, warmup: int) -> float:
-    """Linear warm-up, cosine decay to 10% (the schedule the ablation was measured with)."""
-    if step < warmup:
-        return lr * (step + 1) / warmup
-    r = (step - warmup) / max(1, steps - warmup)
-    return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * r)))
-
-
-def train_steps(model, opt, ds, args, start: int, n: int) -> None:
-    """Plain AdamW steps on the training split (the loop this ablation was measured with)."""
-    for step in range(start, start + n):
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step, args.steps + args.k, args.lr, 30)
-        x, y = ds.get_batch("train", args.batch, args.seq, step)
-        _, loss = model(x, y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+from snip.train import from_sources, train  # noqa: E402
+from snip.train.loop import CALIBRATION_KEY, Trainer  # noqa: E402
+from validate_sensitivity import one_layer_plan  # noqa: E402
 
 FP4 = "fp4_e2m1_tile128"
 CANDS = ("fp8_e4m3_tile128", FP4)
@@ -87,34 +68,46 @@ def main() -> None:
     p.add_argument("--eval-batches", type=int, default=32)
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args()
-    torch.set_num_threads(args.threads)
-    from snip.data import load_dataset
-    from snip.models import build_model, get_config
-
     t0 = time.perf_counter()
-    ds = load_dataset()
-    torch.manual_seed(0)
-    model = build_model(get_config("tiny", vocab_size=ds.vocab_size, max_seq_len=args.seq))
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
-    train_steps(model, opt, ds, args, 0, args.steps)
-    table = measure(model, lambda i: ds.get_batch("train", args.batch, args.seq, 5_000_000 + i),
-                    optimizer=opt, step=args.steps,
+    root = Path(tempfile.mkdtemp(prefix="ablate_"))
+    common = {"run.dir": str(root), "train.threads": args.threads, "log.progress": False,
+              "train.eval_batches": args.eval_batches}
+    # the checkpoint: fp32 on the schedule of steps + k, stopped at steps (the trainer's loop)
+    base = train(from_sources(overrides={
+        **common, "run.name": "base", "model.name": "tiny", "precision.mode": "fixed",
+        "precision.preset": "fp32", "train.batch_size": args.batch, "train.seq_len": args.seq,
+        "train.lr": args.lr, "train.steps": args.steps + args.k, "train.warmup_steps": 30,
+        "train.ckpt_every": args.steps, "train.eval_every": args.steps + args.k}),
+        until=args.steps)
+    ckpt = base.run_dir / "checkpoints" / f"step_{args.steps:06d}"
+    probe = Trainer(from_sources(overrides={**common, "run.name": "probe"}, init_from=ckpt),
+                    init_from=ckpt)
+    probe.close()
+    t = probe.cfg.train
+    table = measure(probe.model,
+                    lambda i: probe.data.train_batch(CALIBRATION_KEY + i, t.batch_size, t.seq_len),
+                    optimizer=probe.optimizer, step=args.steps,
                     config=SensitivityConfig(candidates=CANDS, micro_batches=args.micro_batches,
                                              normalization=Normalization.NATS))
-    val = [ds.get_batch("val", args.batch, args.seq, 997 * i) for i in range(args.eval_batches)]
 
-    def continued(plan, start: int) -> float:
-        m = copy.deepcopy(model)
-        m = convert(m, plan) if plan is not None else m  # shares the Parameters, same order
-        o = torch.optim.AdamW(m.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
-        o.load_state_dict(opt.state_dict())
-        train_steps(m, o, ds, args, start, args.k)
-        return held_out_loss(m, val)
+    def continued(layer: str | None, repeat: int) -> float:
+        """A --init-from branch: k more steps on data order ``repeat`` with ``layer`` (None: no
+        layer) in FP4, evaluated on the trainer's strided validation windows, still quantized."""
+        name = f"r{repeat}_{layer or 'ref'}"
+        prec = {"precision.preset": "fp32"}
+        if layer is not None:
+            path = root / f"{name}.json"
+            one_layer_plan(layer, FP4, FP4).to_json(path)
+            prec = {"precision.preset": "", "precision.plan": str(path)}
+        cfg = from_sources(overrides={**common, **prec, "run.name": name,
+                                      "data.order_seed": repeat}, init_from=ckpt)
+        return train(cfg, init_from=ckpt).val_loss  # its final evaluation, plan applied
 
-    starts = [args.steps + 10_000 * r for r in range(args.repeats)]
-    ref = [continued(None, s) for s in starts]
-    per_repeat = {n: [continued(one_layer_plan(n, FP4, FP4), s) - r
-                      for s, r in zip(starts, ref, strict=True)] for n in table.layers}
+    orders = list(range(args.repeats))  # one data order per repeat
+    ref = [continued(None, o) for o in orders]
+    per_repeat = {n: [continued(n, o) - r
+                      for o, r in zip(orders, ref, strict=True)] for n in table.layers}
+    shutil.rmtree(root, ignore_errors=True)
     damage = {n: float(np.mean(v)) for n, v in per_repeat.items()}
     preds = predictors(table)
     names = list(damage)
