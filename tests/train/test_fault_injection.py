@@ -283,15 +283,19 @@ def test_sigterm_on_one_rank_saves_and_all_ranks_exit_together(tiny: dict) -> No
 
 
 @pytest.mark.slow
-def test_a_hung_rank_ends_the_run_with_a_clear_error(tiny: dict) -> None:
-    settings = {**tiny, "precision.preset": "fp32", "train.ckpt_every": 2, "dist.timeout": 3}
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_a_hung_rank_ends_the_run_with_a_clear_error(tiny: dict, strategy: str) -> None:
+    """The last complete checkpoint stays intact (under FSDP: a sharded one)."""
+    settings = {**tiny, "precision.mode": "fixed", "precision.preset": "fp32",
+                "train.ckpt_every": 2, "dist.timeout": 3, "dist.strategy": strategy}
     t0 = time.monotonic()
     err = _spawn(settings, 3, "hang")
     assert isinstance(err, mp.ProcessRaisedException), err
     assert "another rank is hung or died" in str(err) and "PeerError" in str(err)
     assert time.monotonic() - t0 < 60
     root = Path(tiny["run.dir"]) / "tiny" / "checkpoints"
-    assert checkpoint.load(checkpoint.list_checkpoints(root)[-1]).step == 2
+    last = checkpoint.load(checkpoint.list_checkpoints(root)[-1])
+    assert last.step == 2 and last.sharded == (strategy == "fsdp")
 
 
 def test_sigterm_saves_and_stops_like_ctrl_c(tiny: dict,
