@@ -52,6 +52,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from snip.compare.stats import t_interval
 from snip.formats import get_spec, quantize
 from snip.plan import PrecisionPlan
 from snip.planner import solution
@@ -287,14 +288,8 @@ def summarize(ckpts: list[dict], *, n_boot: int = 2000, seed: int = 0) -> dict:
 
 def _mean_ci(x: np.ndarray) -> dict[str, float]:
     """Mean with a 95% t interval over independent rounding draws."""
-    from scipy.stats import t as student
-
-    n = len(x)
-    m = float(np.mean(x))
-    if n < 2:
-        return {"value": m, "low": float("nan"), "high": float("nan"), "n": n}
-    h = float(student.ppf(0.975, n - 1) * np.std(x, ddof=1) / np.sqrt(n))
-    return {"value": m, "low": m - h, "high": m + h, "n": n}
+    m, low, high = t_interval(x)
+    return {"value": m, "low": low, "high": high, "n": len(x)}
 
 
 def _iv(d: dict) -> str:

@@ -53,6 +53,16 @@ class Paired:
         return self.ci_low > 0 or self.ci_high < 0
 
 
+def t_interval(x: Sequence[float] | np.ndarray, level: float = 0.95) -> tuple[float, float, float]:
+    """Mean of ``x`` and its ``level`` Student-t interval (NaN bounds for fewer than 2 values)."""
+    x = np.asarray(x, dtype=np.float64)
+    n, mean = len(x), float(x.mean())
+    if n < 2:
+        return mean, math.nan, math.nan
+    half = float(stats.t.ppf(0.5 + level / 2, n - 1) * x.std(ddof=1) / math.sqrt(n))
+    return mean, mean - half, mean + half
+
+
 def paired(arm: str, values: Sequence[float], reference: str, ref_values: Sequence[float],
            level: float = 0.95) -> Paired:
     """Paired difference of ``values`` and ``ref_values`` (same units, same order)."""
@@ -60,11 +70,7 @@ def paired(arm: str, values: Sequence[float], reference: str, ref_values: Sequen
         raise UserError(f"paired statistics need the same non-zero number of units for {arm!r} "
                          f"({len(values)}) and {reference!r} ({len(ref_values)})")
     d = np.asarray(values, dtype=np.float64) - np.asarray(ref_values, dtype=np.float64)
-    n, mean = len(d), float(d.mean())
-    lo = hi = math.nan
-    if n >= 2:
-        half = float(stats.t.ppf(0.5 + level / 2, n - 1) * d.std(ddof=1) / math.sqrt(n))
-        lo, hi = mean - half, mean + half
+    mean, lo, hi = t_interval(d, level)
     nonzero = d[d != 0]
     sign_p = (float(stats.binomtest(int((nonzero < 0).sum()), len(nonzero), 0.5).pvalue)
               if len(nonzero) else 1.0)
