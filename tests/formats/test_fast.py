@@ -225,3 +225,14 @@ def test_nvfp4_first_pass_edge_cases(dtype, monkeypatch):
                                                                   generator=2), monkeypatch)
             monkeypatch.setattr(fast, "_PARALLEL_MIN", 0)
             torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
+
+
+def test_kernels_leave_the_input_storage_resizable() -> None:
+    """FSDP2 frees a gathered weight by resizing its storage to 0; ``Tensor.numpy()`` would
+    forbid that for good, so the kernels view their inputs through the data pointer."""
+    w = torch.nn.Parameter(torch.randn(64, 64))
+    for preset, axis in [("mxfp4", -1), ("mxfp4", 0), ("nvfp4", -1), ("fp8_e4m3", -1)]:
+        quantize(w.detach(), preset, axis=axis, rounding="stochastic", generator=1)
+    quantize(w.detach(), get_spec("nvfp4").for_weight())
+    assert w.untyped_storage().resizable()
+    w.untyped_storage().resize_(0)

@@ -28,6 +28,8 @@ NaN in gives NaN out, always -- also for formats with no NaN code, where ml_dtyp
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from snip.formats.element import ElementFormat, Kind, Special, get_element
@@ -107,16 +109,58 @@ def counter_uniforms(index: torch.Tensor, key: tuple[int, int]) -> torch.Tensor:
     return ((h >> ((index & 1) * 16)) & 0xFFFF).to(torch.float32) * (2.0**-16)
 
 
-def uniform_like(x: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+@dataclass(frozen=True)
+class Counters:
+    """Which stochastic-rounding counter each element of a tensor draws.
+
+    Element ``p`` (row-major) of a tensor viewed as rows of ``row`` elements gets the counter
+    ``offset + (p // row) * stride + p % row``; ``row == 0`` means one row (``offset + p``).
+    The default, ``Counters()``, is ``p`` itself.  A shard of a larger tensor passes its place
+    in the larger one, and then draws exactly the coins the whole tensor draws there
+    (:class:`snip.formats.scaling.RowShard` computes these for a block layout).
+    """
+
+    offset: int = 0
+    row: int = 0
+    stride: int = 0
+
+    def __post_init__(self) -> None:
+        if self.offset < 0 or self.row < 0 or (self.row and self.stride < self.row):
+            raise ValueError(f"invalid SR counters {self}: need offset >= 0 and stride >= row")
+
+    @property
+    def is_default(self) -> bool:
+        return self.offset == 0 and (self.row == 0 or self.stride == self.row)
+
+    def of_row_start(self, p: int) -> int:
+        """The counter of element ``p``, for ``p`` at the start of (or inside) one row."""
+        if self.row == 0:
+            return self.offset + p
+        return self.offset + (p // self.row) * self.stride + p % self.row
+
+    def index(self, n: int, device: torch.device | str) -> torch.Tensor:
+        """The int64 counters of elements ``0 .. n - 1``."""
+        p = torch.arange(n, device=device, dtype=torch.int64)
+        if self.row == 0 or self.stride == self.row:
+            return p + self.offset
+        return self.offset + torch.div(p, self.row, rounding_mode="floor") * self.stride \
+            + p % self.row
+
+
+DEFAULT_COUNTERS = Counters()
+
+
+def uniform_like(x: torch.Tensor, generator: torch.Generator | None,
+                 counters: Counters = DEFAULT_COUNTERS) -> torch.Tensor:
     """U[0, 1) draws in fp32, one per element: the stochastic-rounding coin.
 
-    Counter-based: element ``i`` of ``x`` (row-major order) gets ``counter_uniforms(i, key)``
-    with one key drawn from ``generator`` per call.  Reproducible from a seed and identical
-    however the work is split across threads; the stream is *not* ``torch.rand``'s.
+    Counter-based: element ``p`` of ``x`` (row-major order) gets ``counter_uniforms(c(p), key)``
+    with one key drawn from ``generator`` per call, where ``c`` is ``counters`` (by default
+    ``c(p) = p``).  Reproducible from a seed and identical however the work is split across
+    threads; the stream is *not* ``torch.rand``'s.
     """
     key = draw_key(generator)
-    index = torch.arange(x.numel(), device=x.device, dtype=torch.int64)
-    return counter_uniforms(index, key).view(x.shape)
+    return counter_uniforms(counters.index(x.numel(), x.device), key).view(x.shape)
 
 
 _NATIVE = {
@@ -166,12 +210,13 @@ def cast_reference(
     rounding: Rounding | str = "rne",
     saturate: bool = True,
     generator: torch.Generator | int | None = None,
+    counters: Counters = DEFAULT_COUNTERS,
 ) -> torch.Tensor:
     """Slow, obviously-correct :func:`cast` (float64 arithmetic)."""
     check_float_tensor(x)
     fmt, mode = get_element(element), as_rounding(rounding)
     u = (
-        uniform_like(x, make_generator(generator, x.device))
+        uniform_like(x, make_generator(generator, x.device), counters)
         if mode is Rounding.STOCHASTIC
         else None
     )
@@ -216,13 +261,14 @@ def cast(
     rounding: Rounding | str = "rne",
     saturate: bool = True,
     generator: torch.Generator | int | None = None,
+    counters: Counters = DEFAULT_COUNTERS,
 ) -> torch.Tensor:
     """Round each element of ``x`` onto ``element``'s value set; same shape and dtype as ``x``.
 
     ``saturate=True`` clamps overflow (and +/-inf) to +/-max; ``saturate=False`` follows ml_dtypes:
     inf for IEEE formats, NaN for e4m3, clamping for formats without special values.  Integer
     formats always clamp.  ``generator`` (a ``torch.Generator`` or an int seed) makes stochastic
-    rounding reproducible.
+    rounding reproducible; ``counters`` says which SR coin each element draws (:class:`Counters`).
     """
     check_float_tensor(x)
     fmt, mode = get_element(element), as_rounding(rounding)
@@ -230,7 +276,7 @@ def cast(
     if x.dtype == torch.float64:
         # torch rounds float64 -> fp16/bf16/fp8 through float32 (double rounding); the
         # reference computes in float64, where each value is rounded once, exactly.
-        return cast_reference(x, fmt, mode, saturate, generator)
+        return cast_reference(x, fmt, mode, saturate, generator, counters)
     if mode is Rounding.RNE and native is not None and (saturate or native.itemsize >= 2):
         if native is torch.float32 and x.dtype in (torch.float32, torch.bfloat16, torch.float16):
             y = x
@@ -241,10 +287,10 @@ def cast(
             y = src.to(native).to(x.dtype)
         return y.clamp(-fmt.max_normal, fmt.max_normal) if saturate else y
     if fmt.is_float and fmt.emax > 15:
-        return cast_reference(x, fmt, mode, saturate, generator)
+        return cast_reference(x, fmt, mode, saturate, generator, counters)
     xf = x.float()
     u = (
-        uniform_like(xf, make_generator(generator, x.device))
+        uniform_like(xf, make_generator(generator, x.device), counters)
         if mode is Rounding.STOCHASTIC
         else None
     )

@@ -38,6 +38,7 @@ paths agree bit for bit on every preset, rounding mode, axis, input dtype and ed
 
 from __future__ import annotations
 
+import ctypes
 import os
 import threading
 import weakref
@@ -45,7 +46,7 @@ import weakref
 import numpy as np
 import torch
 
-from snip.formats.cast import Rounding, draw_key
+from snip.formats.cast import DEFAULT_COUNTERS, Counters, Rounding, draw_key
 from snip.formats.element import ElementFormat, Kind
 from snip.formats.spec import E8M0Rule, QuantSpec, ScaleFormat, Scaling
 
@@ -225,14 +226,19 @@ if AVAILABLE:
 
     @njit(parallel=True, cache=True, error_model="numpy")
     def _quant_rows(
-        x, enc, dec, k0, k1, out, is_int, mbits, emin, emax, maxn, step, inv_step, sr, dequant
+        x, enc, dec, k0, k1, out, is_int, mbits, emin, emax, maxn, step, inv_step, sr, dequant,
+        c_off, c_row, c_stride
     ):
+        """SR counter of flat element ``p``: ``c_off + (p // c_row) * c_stride + p % c_row``
+        (``c_row == 0``: ``c_off + p``); a row of ``x`` never crosses a ``c_row`` boundary."""
         n, k = x.shape
         for i in prange(n):
             ei = enc[i]
             di = dec[i]
+            p0 = i * k
+            base = c_off + (p0 // c_row) * c_stride + p0 % c_row if c_row > 0 else c_off + p0
             for j in range(k):
-                uj = _u01(i * k + j, k0, k1) if sr else np.float32(0.0)
+                uj = _u01(base + j, k0, k1) if sr else np.float32(0.0)
                 q = _round_elem(
                     x[i, j] * ei, is_int, mbits, emin, emax, maxn, step, inv_step, sr, uj
                 )
@@ -261,16 +267,17 @@ if AVAILABLE:
 
     @njit(parallel=True, cache=True, error_model="numpy")
     def _quant_cols(x, k, enc, dec, k0, k1, out, is_int, mbits, emin, emax, maxn, step, inv_step,
-                    sr):
+                    sr, c_off, c_stride):
         """Dequantized output for blocks of ``k`` rows per column; scales indexed ``[block, col]``
-        (contiguous along the inner loop, so it vectorizes); SR counter ``col * padded + row``
-        (the index in the torch path's blocks layout)."""
+        (contiguous along the inner loop, so it vectorizes); SR counter
+        ``c_off + col * c_stride + row`` (by default ``col * padded + row``, the index in the
+        torch path's blocks layout)."""
         r, c = x.shape
         nb = enc.shape[0]
         for b in prange(nb):
             for i in range(b * k, min(r, (b + 1) * k)):
                 for j in range(c):
-                    uj = _u01(j * (nb * k) + i, k0, k1) if sr else np.float32(0.0)
+                    uj = _u01(c_off + j * c_stride + i, k0, k1) if sr else np.float32(0.0)
                     q = _round_elem(x[i, j] * enc[b, j], is_int, mbits, emin, emax, maxn, step,
                                     inv_step, sr, uj)
                     out[i, j] = q * dec[b, j]
@@ -648,7 +655,8 @@ if AVAILABLE:
                       inv_step, sr, k0, k1)
 
     @njit(parallel=True, cache=True, error_model="numpy")
-    def _fused_rows(x, out, n_rows, length, k_rt, kt, padded, bmax, sfmt, pow2, emax_elem, maxn,
+    def _fused_rows(x, out, n_rows, length, k_rt, kt, padded, c_off, bmax, sfmt, pow2,
+                    emax_elem, maxn,
                     mul, t_dec, fix_enc, fix_dec, is_int, mbits, emin, emax, maxne, step, inv_step,
                     sr, k0, k1):
         """Fake-quantize blocks of ``k`` along the last axis of ``x`` viewed ``(n_rows, length)``.
@@ -657,7 +665,8 @@ if AVAILABLE:
         amaxes, then their scales, then block by block rounding and rescaling -- all while the
         run is in L1/L2, so memory sees one read and one write per element.  ``sfmt == -1``: one
         given scale (``fix_enc``, ``fix_dec``); blocks then only split the work.  The SR counter
-        is the element's index in the padded blocks layout (``row * padded + l``).
+        is ``c_off + row * padded + l`` (by default the element's index in the padded blocks
+        layout; a row shard passes its place in the whole tensor, ``padded`` its row stride).
 
         ``kt`` is a tuple whose *length* is the block size when that is small (16, 32): numba
         then compiles the kernel for that size, with constant trip counts that LLVM unrolls into
@@ -675,7 +684,7 @@ if AVAILABLE:
             b1 = min(nb, b0 + group)
             start = r * length + b0 * k
             stop = r * length + min(length, b1 * k)
-            base = r * padded + b0 * k
+            base = c_off + r * padded + b0 * k
             if sfmt < 0:
                 _span(x[start:stop], out[start:stop], fix_enc, fix_dec, base, is_int, mbits,
                       emin, emax, maxne, step, inv_step, sr, k0, k1)
@@ -685,12 +694,14 @@ if AVAILABLE:
                  maxn, mul, t_dec, is_int, mbits, emin, emax, maxne, step, inv_step, sr, k0, k1)
 
     @njit(parallel=True, cache=True, error_model="numpy")
-    def _fused_cols(x, out, n_outer, length, inner, k, padded, sfmt, pow2, emax_elem, maxn, mul,
-                    t_dec, is_int, mbits, emin, emax, maxne, step, inv_step, sr, k0, k1):
+    def _fused_cols(x, out, n_outer, length, inner, k, padded, c_off, sfmt, pow2, emax_elem,
+                    maxn, mul, t_dec, is_int, mbits, emin, emax, maxne, step, inv_step, sr, k0,
+                    k1):
         """Blocks of ``k`` along the middle axis of ``x`` viewed ``(n_outer, length, inner)``
         (e.g. axis 0 of a matrix), without transposing: each task takes ``k`` rows of ``inner``
         columns, keeps their ``inner`` scales, and sweeps the rows again while they are in cache.
-        SR counter: ``(o * inner + i) * padded + l`` (the padded blocks layout)."""
+        SR counter: ``c_off + (o * inner + i) * padded + l`` (by default the padded blocks
+        layout; a row shard passes its place in the whole tensor, ``padded`` its row stride)."""
         nb = (length + k - 1) // k
         for u in prange(n_outer * nb):
             o = u // nb
@@ -709,7 +720,7 @@ if AVAILABLE:
             for li in range(l0, l1):
                 lo = (o * length + li) * inner
                 _any_span_vec(x[lo:lo + inner], out[lo:lo + inner], enc, dec,
-                              o * inner * padded + li, padded, is_int, mbits, emin, emax, maxne,
+                              c_off + o * inner * padded + li, padded, is_int, mbits, emin, emax, maxne,
                               step, inv_step, sr, k0, k1)
 
     @njit(parallel=True, cache=True, error_model="numpy")
@@ -829,23 +840,27 @@ if AVAILABLE:
 
 
 def quantize_columns(x: torch.Tensor, k: int, scales_fn, fmt: ElementFormat, rounding: Rounding,
-                     generator: torch.Generator | None) -> torch.Tensor:
+                     generator: torch.Generator | None,
+                     counters: Counters = DEFAULT_COUNTERS) -> torch.Tensor:
     """Fake-quantize a 2-D tensor with blocks of ``k`` consecutive rows in each column (axis 0),
-    without transposing it; same result, bit for bit, as the blocked path."""
+    without transposing it; same result, bit for bit, as the blocked path (``counters``: the SR
+    counters of that path's blocks view)."""
     _follow_torch_threads()
     x = x.contiguous()
     r, c = x.shape
     nb = -(-r // k)
-    amax = torch.from_numpy(_amax_cols(x.numpy(), k)).T.reshape(-1, 1)
+    xs = _np(x).reshape(r, c)
+    amax = torch.from_numpy(_amax_cols(xs, k)).T.reshape(-1, 1)
     scales = scales_fn(amax)
     sr = rounding is Rounding.STOCHASTIC
     k0, k1 = draw_key(generator) if sr else (0, 0)
     out = empty(x.shape)
     f32 = np.float32
-    _quant_cols(x.numpy(), k, scales.encode.reshape(c, nb).T.contiguous().numpy(),
+    _quant_cols(xs, k, scales.encode.reshape(c, nb).T.contiguous().numpy(),
                 scales.decode.reshape(c, nb).T.contiguous().numpy(), k0, k1, out.numpy(),
                 fmt.kind is Kind.INT, fmt.mbits, fmt.emin, fmt.emax, f32(fmt.max_normal),
-                f32(fmt.step), f32(1.0 / fmt.step), sr)
+                f32(fmt.step), f32(1.0 / fmt.step), sr, counters.offset,
+                counters.stride if counters.row else nb * k)
     return out
 
 
@@ -861,7 +876,7 @@ def block_amax(blocks: torch.Tensor) -> torch.Tensor:
     """``(n_blocks, 1)`` amax, NaN where a block holds a NaN (same as the PyTorch path)."""
     _follow_torch_threads()
     chunks, per_row = _chunked(blocks.contiguous())
-    amax = torch.from_numpy(_amax_rows(chunks.numpy()))
+    amax = torch.from_numpy(_amax_rows(_np(chunks).reshape(chunks.shape)))
     if per_row > 1:
         amax = amax.view(-1, per_row).amax(dim=1)
     return amax.view(-1, 1)
@@ -875,8 +890,10 @@ def quantize_blocks(
     rounding: Rounding,
     generator: torch.Generator | None,
     dequant: bool,
+    counters: Counters = DEFAULT_COUNTERS,
 ) -> torch.Tensor:
-    """Round ``blocks * encode`` onto ``fmt`` (saturating); multiply by ``decode`` if asked."""
+    """Round ``blocks * encode`` onto ``fmt`` (saturating); multiply by ``decode`` if asked.
+    ``counters``: the SR counters of ``blocks`` in row-major order."""
     _follow_torch_threads()
     blocks = blocks.contiguous()
     sr = rounding is Rounding.STOCHASTIC
@@ -891,7 +908,7 @@ def quantize_blocks(
     f32 = np.float32
     if not sr and not is_int:
         _quant_rows_rne_float(
-            chunks.numpy(),
+            _np(chunks).reshape(chunks.shape),
             enc.contiguous().numpy(),
             dec.contiguous().numpy(),
             out.numpy(),
@@ -903,7 +920,7 @@ def quantize_blocks(
         )
         return out.view(blocks.shape)
     _quant_rows(
-        chunks.numpy(),
+        _np(chunks).reshape(chunks.shape),
         enc.contiguous().numpy(),
         dec.contiguous().numpy(),
         k0,
@@ -918,6 +935,9 @@ def quantize_blocks(
         f32(1.0 / fmt.step),
         sr,
         dequant,
+        counters.offset,
+        counters.row,
+        counters.stride,
     )
     return out.view(blocks.shape)
 
@@ -1010,12 +1030,21 @@ def fusable(x: torch.Tensor, spec: QuantSpec, rounding: Rounding | None = None) 
     return spec.scaling in (Scaling.TENSOR, Scaling.CHANNEL, Scaling.BLOCK)
 
 
+_NP_VIEW = {torch.float32: np.float32, torch.bfloat16: np.uint16}
+
+
 def _np(t: torch.Tensor) -> np.ndarray:
-    """Flat numpy view: fp32 as float32, bf16 as its uint16 bit patterns."""
-    flat = t.reshape(-1)
-    if t.dtype == torch.bfloat16:
-        return flat.view(torch.int16).numpy().view(np.uint16)
-    return flat.numpy()
+    """Flat numpy view of a contiguous CPU tensor: fp32 as float32, bf16 as its uint16 bits.
+
+    Made from the data pointer, not ``Tensor.numpy()``: that marks the tensor's storage
+    non-resizable for good, and FSDP2 frees a gathered weight by resizing its storage to 0.
+    The view does not keep ``t`` alive; callers hold ``t`` while a kernel runs on it."""
+    n = t.numel()
+    dtype = _NP_VIEW[t.dtype]
+    if n == 0:
+        return np.empty(0, dtype)
+    buf = (ctypes.c_char * (n * t.element_size())).from_address(t.data_ptr())
+    return np.frombuffer(buf, dtype=dtype, count=n)
 
 
 def _scale_params(spec: QuantSpec) -> tuple[int, bool, int, np.float32]:
@@ -1028,12 +1057,14 @@ def _scale_params(spec: QuantSpec) -> tuple[int, bool, int, np.float32]:
 
 
 def quantize_fused(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Rounding,
-                   generator: torch.Generator | None) -> torch.Tensor:
+                   generator: torch.Generator | None,
+                   counters: Counters = DEFAULT_COUNTERS) -> torch.Tensor:
     """``quantize(x, spec, axis=axis)`` in one output allocation and (mostly) one pass.
 
     Same bits as the PyTorch path: the block scales follow :mod:`snip.formats.scaling`
     operation for operation, the SR coin is :func:`snip.formats.cast.counter_uniforms` of the
-    element's index in the padded blocks layout, and the fp32 -> bf16 store rounds as torch.
+    element's index in the padded blocks layout mapped by ``counters``, and the fp32 -> bf16
+    store rounds as torch.
     """
     from snip.formats.scaling import fp32_scales, nvfp4_encode_scale
 
@@ -1057,7 +1088,8 @@ def quantize_fused(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Roundi
     if spec.scaling is Scaling.TENSOR:
         amax = torch.tensor([[float(_tensor_amax(xs, _CHUNK))]], dtype=torch.float32)
         sc = fp32_scales(amax, spec)
-        _fused_rows(xs, os_, 1, n, _CHUNK, (), n, _NO_BMAX, -1, pow2, emax_elem, maxn, f32(0),
+        _fused_rows(xs, os_, 1, n, _CHUNK, (), n, counters.offset, _NO_BMAX, -1, pow2,
+                    emax_elem, maxn, f32(0),
                     f32(0), f32(sc.encode.item()), f32(sc.decode.item()), *elem)
         return out
     outer = int(np.prod(x.shape[:axis], dtype=np.int64))
@@ -1078,14 +1110,16 @@ def quantize_fused(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Roundi
         s_enc = nvfp4_encode_scale(x_amax, spec)
         inv_elem = torch.tensor(1.0 / fmt.max_normal, dtype=torch.float32)
         mul, t_dec = f32((s_enc * inv_elem).item()), f32((1.0 / s_enc).item())
+    stride = counters.stride if counters.row else padded  # the SR counters' row stride
     if inner == 1:
-        if whole:  # whole blocks: rows do not matter, one long row balances best
+        if whole and stride == padded:  # whole blocks: one long row balances best
             outer, length, padded = 1, outer * length, outer * length
-        _fused_rows(xs, os_, outer, length, k, kt, padded, bmax, sfmt, pow2, emax_elem, maxn, mul,
-                    t_dec, f32(0), f32(0), *elem)
+            stride = padded
+        _fused_rows(xs, os_, outer, length, k, kt, stride, counters.offset, bmax, sfmt, pow2,
+                    emax_elem, maxn, mul, t_dec, f32(0), f32(0), *elem)
     else:
-        _fused_cols(xs, os_, outer, length, inner, k, padded, sfmt, pow2, emax_elem, maxn, mul,
-                    t_dec, *elem)
+        _fused_cols(xs, os_, outer, length, inner, k, stride, counters.offset, sfmt, pow2,
+                    emax_elem, maxn, mul, t_dec, *elem)
     return out
 
 

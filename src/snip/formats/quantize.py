@@ -31,10 +31,19 @@ import torch
 
 from snip.formats import codes as C
 from snip.formats import fast
-from snip.formats.cast import Rounding, as_rounding, cast, check_float_tensor, make_generator
+from snip.formats.cast import (
+    DEFAULT_COUNTERS,
+    Counters,
+    Rounding,
+    as_rounding,
+    cast,
+    check_float_tensor,
+    make_generator,
+)
 from snip.formats.hadamard import irht, rht
 from snip.formats.scaling import (
     BlockLayout,
+    RowShard,
     Scales,
     block_amax,
     e4m3_decode,
@@ -53,19 +62,21 @@ def _grid(
     rounding: Rounding,
     generator: torch.Generator | None,
     dequant: bool,
+    shard: RowShard | None = None,
 ) -> tuple[BlockLayout, torch.Tensor, Scales]:
     """Steps 2-4 (and 5's multiply when ``dequant``) on an fp32 tensor, block by block."""
     layout = BlockLayout.of(x, spec, axis)
     blocks = layout.to_blocks(x)
+    counters = _counters(layout, rounding, shard)
     if (fast.enabled() and fast.supports(spec.element) and x.device.type == "cpu"
             and blocks.numel() and x.dtype == torch.float32):
         scales = scales_from_amax(fast.block_amax(blocks), spec)
-        q = fast.quantize_blocks(
-            blocks, scales.encode, scales.decode, spec.element, rounding, generator, dequant
-        )
+        q = fast.quantize_blocks(blocks, scales.encode, scales.decode, spec.element, rounding,
+                                 generator, dequant, counters)
         return layout, q, scales
     scales = scales_from_amax(block_amax(blocks), spec)
-    q = cast(blocks * scales.encode, spec.element, rounding, saturate=True, generator=generator)
+    q = cast(blocks * scales.encode, spec.element, rounding, saturate=True, generator=generator,
+             counters=counters)
     return layout, (q * scales.decode if dequant else q), scales
 
 
@@ -76,6 +87,7 @@ def grid_values(
     axis: int = -1,
     rounding: Rounding | str | None = None,
     generator: torch.Generator | int | None = None,
+    shard: RowShard | None = None,
 ) -> tuple[BlockLayout, torch.Tensor, Scales]:
     """Steps 2-4 of :func:`quantize` without the decode multiply: the fp32 grid values in the
     ``(n_blocks, block)`` layout and the block scales (``layout.from_blocks(q * scales.decode)``
@@ -85,7 +97,19 @@ def grid_values(
     spec, mode, gen = _resolve(x, spec, rounding, generator)
     if spec.hadamard or spec.scaling is Scaling.NONE:
         raise ValueError(f"grid_values: spec {spec.name!r} has no plain block grid")
-    return _grid(_working(x), spec, axis, mode, gen, dequant=False)
+    return _grid(_working(x), spec, axis, mode, gen, dequant=False, shard=shard)
+
+
+def _counters(layout: BlockLayout, rounding: Rounding, shard: RowShard | None) -> Counters:
+    """The SR counters of ``layout``'s blocks view (only stochastic rounding draws any)."""
+    if shard is None or rounding is not Rounding.STOCHASTIC:
+        return DEFAULT_COUNTERS
+    return layout.counters(shard)
+
+
+def _flat_counters(x: torch.Tensor, rounding: Rounding, shard: RowShard | None) -> Counters:
+    """The SR counters of ``x`` in its own element order (unscaled casts)."""
+    return _counters(BlockLayout(tuple(x.shape), 0, Scaling.TENSOR, 1), rounding, shard)
 
 
 def _columns(x: torch.Tensor, spec: QuantSpec, axis: int) -> bool:
@@ -131,17 +155,21 @@ def quantize(
     axis: int = -1,
     rounding: Rounding | str | None = None,
     generator: torch.Generator | int | None = None,
+    shard: RowShard | None = None,
 ) -> torch.Tensor:
     """Fake-quantize ``x`` (quantize, then dequantize) with a preset name or ``QuantSpec``.
 
     Scales are shared along ``axis`` (the GEMM contraction axis); ``rounding`` overrides the
-    spec's rounding; ``generator`` (or an int seed) drives stochastic rounding. If ``x``
+    spec's rounding; ``generator`` (or an int seed) drives stochastic rounding.  ``shard``
+    (a :class:`~snip.formats.scaling.RowShard`) says that ``x`` is some rows of a larger tensor:
+    stochastic rounding then draws the coins the larger tensor draws at those rows.  If ``x``
     requires grad, the result does too, with a straight-through gradient (identity).
     """
     if x.requires_grad and torch.is_grad_enabled():
-        q = quantize(x.detach(), spec, axis=axis, rounding=rounding, generator=generator)
+        q = quantize(x.detach(), spec, axis=axis, rounding=rounding, generator=generator,
+                     shard=shard)
         return _StraightThrough.apply(x, q)
-    return _quantize(x, spec, axis, rounding, generator)
+    return _quantize(x, spec, axis, rounding, generator, shard)
 
 
 def _quantize(
@@ -150,23 +178,27 @@ def _quantize(
     axis: int,
     rounding: Rounding | str | None,
     generator: torch.Generator | int | None,
+    shard: RowShard | None = None,
 ) -> torch.Tensor:
     x = x.detach()
     spec, mode, gen = _resolve(x, spec, rounding, generator)
     if x.numel() == 0 or spec.is_identity and x.dtype == torch.float32:
         return x.clone()
     if spec.scaling is Scaling.NONE:
-        return cast(x, spec.element, mode, saturate=True, generator=gen)
+        return cast(x, spec.element, mode, saturate=True, generator=gen,
+                    counters=_flat_counters(x, mode, shard))
     if fast.fusable(x, spec, mode):
-        return fast.quantize_fused(x, spec, axis, mode, gen)
+        return fast.quantize_fused(x, spec, axis, mode, gen,
+                                   _counters(BlockLayout.of(x, spec, axis), mode, shard))
     xf = _working(x)
     if spec.hadamard:
         xf = rht(xf, spec.hadamard, spec.hadamard_seed, axis)
     if _columns(xf, spec, axis):
         out = fast.quantize_columns(xf, spec.block, lambda a: scales_from_amax(a, spec),
-                                    spec.element, mode, gen)
+                                    spec.element, mode, gen,
+                                    _counters(BlockLayout.of(xf, spec, axis), mode, shard))
     else:
-        layout, deq, _ = _grid(xf, spec, axis, mode, gen, dequant=True)
+        layout, deq, _ = _grid(xf, spec, axis, mode, gen, dequant=True, shard=shard)
         out = layout.from_blocks(deq)
     if spec.hadamard:
         out = irht(out, spec.hadamard, spec.hadamard_seed, axis, x.shape[axis])
@@ -235,8 +267,10 @@ def encode(
     axis: int = -1,
     rounding: Rounding | str | None = None,
     generator: torch.Generator | int | None = None,
+    shard: RowShard | None = None,
 ) -> QTensor:
-    """Quantize ``x`` into real packed storage; ``QTensor.dequantize()`` equals :func:`quantize`."""
+    """Quantize ``x`` into real packed storage; ``QTensor.dequantize()`` equals :func:`quantize`
+    (with the same arguments)."""
     x = x.detach()  # packed codes carry no gradient
     spec, mode, gen = _resolve(x, spec, rounding, generator)
     shape, dtype = tuple(x.shape), x.dtype
@@ -245,7 +279,8 @@ def encode(
         return QTensor(empty, None, None, spec, None, (0,), shape, dtype, axis % max(1, x.dim()))
     if spec.scaling is Scaling.NONE:
         native = _NATIVE[spec.element.name]
-        q = cast(x, spec.element, mode, saturate=True, generator=gen).to(native)
+        q = cast(x, spec.element, mode, saturate=True, generator=gen,
+                 counters=_flat_counters(x, mode, shard)).to(native)
         return QTensor(
             q.reshape(-1).view(torch.uint8).clone(),
             None,
@@ -260,7 +295,7 @@ def encode(
     xf = _working(x)
     if spec.hadamard and x.numel():
         xf = rht(xf, spec.hadamard, spec.hadamard_seed, axis)
-    layout, q, scales = _grid(xf, spec, axis, mode, gen, dequant=False)
+    layout, q, scales = _grid(xf, spec, axis, mode, gen, dequant=False, shard=shard)
     codes = C.pack(C.encode_codes(q, spec.element), spec.element.bits)
     stored = scales.stored.reshape(-1)
     return QTensor(

@@ -31,10 +31,33 @@ import torch
 import torch.nn.functional as F
 
 from snip.errors import UserError
+from snip.formats.cast import DEFAULT_COUNTERS, Counters
 from snip.formats.spec import E8M0Rule, QuantSpec, ScaleFormat, Scaling
 
 FLT_MAX = torch.finfo(torch.float32).max
 FLT_MIN_NORMAL = torch.finfo(torch.float32).tiny
+
+
+@dataclass(frozen=True)
+class RowShard:
+    """"This tensor is rows ``start .. start + len - 1`` (along dim 0) of a tensor of ``total``
+    rows; every other dim is whole" -- e.g. one rank's tokens of the global batch.
+
+    Passed to :func:`snip.formats.quantize` (``shard=``), it makes stochastic rounding draw the
+    coins the whole tensor would draw at these rows, so that ranks that each quantize their own
+    rows together round exactly like one process quantizing all of them.  Block scales are
+    still the shard's own: they equal the whole tensor's when no block straddles the shard's
+    edges (blocks along other axes, or along dim 0 with ``start`` and the shard's length
+    multiples of the block); a per-tensor scale is the shard's own amax.
+    """
+
+    start: int
+    total: int
+
+    def check(self, rows: int) -> None:
+        if not (self.start >= 0 and self.start + rows <= self.total):
+            raise ValueError(f"row shard {self}: rows {self.start}..{self.start + rows - 1}"
+                             f" do not fit in {self.total}")
 
 
 @dataclass(frozen=True)
@@ -57,6 +80,28 @@ class BlockLayout:
             raise UserError(f"spec {spec.name!r} uses 2-D blocks; got a {x.dim()}-D tensor")
         block = {Scaling.CHANNEL: x.shape[axis], Scaling.TENSOR: 1}.get(spec.scaling, spec.block)
         return BlockLayout(tuple(x.shape), axis, spec.scaling, block)
+
+    def counters(self, shard: RowShard | None) -> Counters:
+        """The SR counters (:class:`~snip.formats.cast.Counters`) of this layout's blocks view
+        (``to_blocks``, row-major) when the tensor is ``shard`` of a larger one."""
+        if shard is None or not self.shape:
+            return DEFAULT_COUNTERS
+        rows, n = self.shape[0], math.prod(self.shape)
+        shard.check(rows)
+        if shard.start == 0 and shard.total == rows:
+            return DEFAULT_COUNTERS
+        if self.scaling is Scaling.TENSOR:  # one row, in the original element order
+            return Counters(offset=shard.start * (n // max(1, rows)))
+        if self.scaling is Scaling.BLOCK2D:
+            raise ValueError("stochastic rounding of a row shard with 2-D tiles is not supported")
+        length = self._padded_len(self.shape[self.axis])
+        if self.axis != 0:  # dim 0 leads the rows of the blocks view: a plain offset
+            per_row0 = n // (rows * self.shape[self.axis]) if n else 0
+            return Counters(offset=shard.start * per_row0 * length)
+        # blocks along dim 0: each row of the blocks view is a column of the whole tensor
+        block = shard.total if self.scaling is Scaling.CHANNEL else self.block
+        whole = -(-shard.total // block) * block
+        return Counters(offset=shard.start, row=length, stride=whole)
 
     def _moved(self) -> tuple[int, ...]:
         s = list(self.shape)

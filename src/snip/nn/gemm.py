@@ -73,6 +73,7 @@ import torch
 
 from snip.errors import UserError
 from snip.formats import QTensor, QuantSpec, Rounding, ScaleFormat, Scaling, encode, quantize
+from snip.formats.scaling import RowShard
 from snip.nn.native import (
     Fp8Operand,
     GemmImpl,
@@ -158,6 +159,7 @@ class GemmConfig:
     out_dtype: torch.dtype | None = None  # None: the input's dtype
     gemm: GemmImpl = GemmImpl.EMULATED
     strict: bool = False  # gemm="native" without FP8 hardware: error instead of emulating
+    tokens: RowShard | None = None  # these tokens' place in a larger batch (SR counters)
 
     def __post_init__(self) -> None:
         from snip.nn.native import as_gemm_impl
@@ -183,20 +185,21 @@ def operand_seed(seed: int, step: int, gemm: Gemm, operand: Operand) -> int:
 
 
 def quantize_operand(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Rounding,
-                     seed: int) -> torch.Tensor:
-    """Fake-quantize one GEMM operand in fp32 (identity specs pass the fp32 tensor through)."""
+                     seed: int, tokens: RowShard | None = None) -> torch.Tensor:
+    """Fake-quantize one GEMM operand in fp32 (identity specs pass the fp32 tensor through).
+    ``tokens``: for a token-major operand (``X``, ``dY``), its rows' place in the whole batch."""
     x = x.float()
     if spec.is_identity:
         return x
     gen = seed if rounding is Rounding.STOCHASTIC else None
-    return quantize(x, spec, axis=axis, rounding=rounding, generator=gen)
+    return quantize(x, spec, axis=axis, rounding=rounding, generator=gen, shard=tokens)
 
 
 def encode_operand(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Rounding,
-                   seed: int) -> QTensor:
+                   seed: int, tokens: RowShard | None = None) -> QTensor:
     """Like :func:`quantize_operand`, but keep real packed storage."""
     gen = seed if rounding is Rounding.STOCHASTIC else None
-    return encode(x.float(), spec, axis=axis, rounding=rounding, generator=gen)
+    return encode(x.float(), spec, axis=axis, rounding=rounding, generator=gen, shard=tokens)
 
 
 def weight_reusable(fprop: QuantSpec, dgrad: QuantSpec) -> bool:
@@ -302,7 +305,8 @@ def _save_input(x2: torch.Tensor, saved: _Saved) -> None:
     cfg, w = saved.cfg, saved.cfg.specs.wgrad
     if cfg.save is SaveMode.ENCODED and not w.is_identity:
         seed = operand_seed(cfg.seed, cfg.step, Gemm.WGRAD, Operand.INPUT)
-        saved.keep("input_wgrad", encode_operand(x2, w, 0, w.rounding, seed), weight=False)
+        saved.keep("input_wgrad", encode_operand(x2, w, 0, w.rounding, seed, cfg.tokens),
+                   weight=False)
     else:
         saved.keep("input", x2, weight=False)
 
@@ -324,7 +328,7 @@ class QuantizedLinearFn(torch.autograd.Function):
                     _save_input(x2, saved)
                 f = cfg.specs.fprop
                 xseed = operand_seed(cfg.seed, cfg.step, Gemm.FPROP, Operand.INPUT)
-                xq = quantize_operand(x2, f, -1, f.rounding, xseed)
+                xq = quantize_operand(x2, f, -1, f.rounding, xseed, cfg.tokens)
                 y = matmul(xq, wq.t(), cfg.accum, bias)
         ctx.cfg = cfg
         saved.stash(ctx)
@@ -358,7 +362,7 @@ class QuantizedLinearFn(torch.autograd.Function):
 def _grad_output(dy2: torch.Tensor, cfg: GemmConfig, gemm: Gemm, axis: int) -> torch.Tensor:
     spec = cfg.specs.get(gemm)
     seed = operand_seed(cfg.seed, cfg.step, gemm, Operand.GRAD_OUTPUT)
-    return quantize_operand(dy2, spec, axis, spec.grad_rounding, seed)
+    return quantize_operand(dy2, spec, axis, spec.grad_rounding, seed, cfg.tokens)
 
 
 def _dgrad(dy2: torch.Tensor, saved: _Saved) -> torch.Tensor:
@@ -394,15 +398,16 @@ def _wgrad(dy2: torch.Tensor, saved: _Saved) -> torch.Tensor:
         xq = saved.x.dequantize()
     else:
         seed = operand_seed(cfg.seed, cfg.step, Gemm.WGRAD, Operand.INPUT)
-        xq = quantize_operand(saved.x, w, 0, w.rounding, seed)
+        xq = quantize_operand(saved.x, w, 0, w.rounding, seed, cfg.tokens)
     return matmul(_grad_output(dy2, cfg, Gemm.WGRAD, 0).t(), xq, cfg.accum)
 
 
 # ---- native FP8 GEMMs (gemm="native"): same operands, torch._scaled_mm ----------------------
 
-def _fp8(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Rounding, seed: int
-         ) -> Fp8Operand:
-    return fp8_operand(x, spec, axis, rounding, seed if rounding is Rounding.STOCHASTIC else None)
+def _fp8(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Rounding, seed: int,
+         tokens: RowShard | None = None) -> Fp8Operand:
+    return fp8_operand(x, spec, axis, rounding, seed if rounding is Rounding.STOCHASTIC else None,
+                       tokens)
 
 
 def _native_fprop(x2: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
@@ -413,7 +418,8 @@ def _native_fprop(x2: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
     if not native_spec(f) or not native_spec(f.for_weight()):
         return None
     wf = f.for_weight()
-    a = _fp8(x2, f, -1, f.rounding, operand_seed(cfg.seed, cfg.step, Gemm.FPROP, Operand.INPUT))
+    a = _fp8(x2, f, -1, f.rounding, operand_seed(cfg.seed, cfg.step, Gemm.FPROP, Operand.INPUT),
+             cfg.tokens)
     b = _fp8(weight, wf, -1, wf.rounding,
              operand_seed(cfg.seed, cfg.step, Gemm.FPROP, Operand.WEIGHT))
     if not shapes_ok(a, b):
@@ -436,14 +442,14 @@ def _native_fprop(x2: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
     return scaled_mm(a, b, fast_accum=True, bias=bias)
 
 
-def _operand_along_rows(v: torch.Tensor | QTensor | Fp8Operand, spec: QuantSpec, seed: int
-                        ) -> Fp8Operand:
+def _operand_along_rows(v: torch.Tensor | QTensor | Fp8Operand, spec: QuantSpec, seed: int,
+                        tokens: RowShard | None = None) -> Fp8Operand:
     """A saved operand quantized along axis 0, codes transposed (contraction axis last)."""
     if isinstance(v, Fp8Operand):
         return transposed(v)
     if isinstance(v, QTensor):
         return fp8_from_qtensor(v)
-    return _fp8(v, spec, 0, spec.rounding, seed)
+    return _fp8(v, spec, 0, spec.rounding, seed, tokens)
 
 
 def _native_dgrad(dy2: torch.Tensor, saved: _Saved) -> torch.Tensor | None:
@@ -452,7 +458,7 @@ def _native_dgrad(dy2: torch.Tensor, saved: _Saved) -> torch.Tensor | None:
     if not native_spec(wd):
         return None
     a = _fp8(dy2, d, -1, d.grad_rounding,
-             operand_seed(cfg.seed, cfg.step, Gemm.DGRAD, Operand.GRAD_OUTPUT))
+             operand_seed(cfg.seed, cfg.step, Gemm.DGRAD, Operand.GRAD_OUTPUT), cfg.tokens)
     if axis_free(d, d.grad_rounding):
         saved.dy = (d, a)  # wgrad with the same spec takes these codes, transposed
     b = _operand_along_rows(saved.w, wd,
@@ -466,9 +472,9 @@ def _native_wgrad(dy2: torch.Tensor, saved: _Saved) -> torch.Tensor | None:
         a = transposed(saved.dy[1])
     else:
         a = _fp8(dy2, w, 0, w.grad_rounding,
-                 operand_seed(cfg.seed, cfg.step, Gemm.WGRAD, Operand.GRAD_OUTPUT))
+                 operand_seed(cfg.seed, cfg.step, Gemm.WGRAD, Operand.GRAD_OUTPUT), cfg.tokens)
     b = _operand_along_rows(saved.x, w, operand_seed(cfg.seed, cfg.step, Gemm.WGRAD,
-                                                     Operand.INPUT))
+                                                     Operand.INPUT), cfg.tokens)
     return scaled_mm(a, b) if shapes_ok(a, b) else None
 
 

@@ -42,6 +42,7 @@ import torch
 from snip.errors import UserError
 from snip.formats import QTensor, QuantSpec, Rounding, ScaleFormat, Scaling
 from snip.formats.quantize import grid_values
+from snip.formats.scaling import RowShard
 
 _FP8 = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 
@@ -160,7 +161,8 @@ class Fp8Operand:
 
 
 def fp8_operand(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Rounding,
-                generator: torch.Generator | int | None) -> Fp8Operand:
+                generator: torch.Generator | int | None,
+                shard: RowShard | None = None) -> Fp8Operand:
     """Quantize a 2-D operand along ``axis`` (its GEMM's contraction axis) into FP8 codes and
     scales, with the contraction axis last.  ``codes * scale`` equals
     ``quantize(x, spec, axis=axis, ...)`` (transposed when ``axis`` is 0), bit for bit."""
@@ -185,7 +187,7 @@ def fp8_operand(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Rounding,
         return Fp8Operand(codes, sc.decode.reshape(()) if spec.scaling is Scaling.TENSOR
                           else sc.decode.reshape(-1, 1))
     layout, q, sc = grid_values(x.float(), spec, axis=axis, rounding=rounding,
-                                generator=generator)
+                                generator=generator, shard=shard)
     if spec.scaling is Scaling.TENSOR:
         codes = q.reshape(x.shape).to(fp8)
         codes = codes.t().contiguous() if along_rows else codes

@@ -7,7 +7,9 @@ dgrad, wgrad), a per-layer integer ``seed`` and a ``step`` counter that advances
 stochastic rounding of gradients is seeded by ``(seed, step, gemm, operand)``, so a run is
 reproducible and consecutive steps draw different noise.  (A recomputed forward under activation
 checkpointing also advances the counter; rerun the forward with the same ``step`` if you need the
-recomputation to match.)
+recomputation to match.)  ``tokens`` (a :class:`~snip.formats.scaling.RowShard`, or ``None``)
+places this forward's tokens in a larger batch: data-parallel ranks that each set their share
+round their activations and gradients with the coins of one process running the whole batch.
 
 ``enabled = False`` makes the layer a plain ``F.linear``; :func:`snip.nn.disabled` flips it for a
 whole model.  After a forward that will be differentiated, ``saved_bytes`` holds the bytes kept
@@ -21,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from snip.formats import QuantSpec
+from snip.formats.scaling import RowShard
 from snip.nn.gemm import Accum, GemmConfig, SavedBytes, SaveMode, autocast_dtype, quantized_linear
 from snip.nn.native import GemmImpl, as_gemm_impl
 from snip.nn.specs import GemmSpecs
@@ -46,6 +49,7 @@ class QLinear(nn.Linear):
         self.specs = as_gemm_specs(specs)
         self.seed = int(seed)
         self.step = 0
+        self.tokens: RowShard | None = None  # this forward's tokens in a larger batch (SR)
         self.save = SaveMode(save)
         self.accum = Accum(accum)
         self.enabled = True
@@ -107,7 +111,8 @@ class QLinear(nn.Linear):
         cfg = GemmConfig(specs=self.specs, seed=self.seed, step=self.step, save=self.save,
                          accum=self.accum, out_dtype=autocast_dtype(x),
                          gemm=getattr(self, "gemm", GemmImpl.EMULATED),
-                         strict=getattr(self, "gemm_strict", False))
+                         strict=getattr(self, "gemm_strict", False),
+                         tokens=getattr(self, "tokens", None))
         self.step += 1
         record = SavedBytes()
         y = quantized_linear(x, weight, self.bias, cfg, record)

@@ -48,7 +48,6 @@ from torch import nn
 from snip.errors import UserError
 
 T = TypeVar("T")
-FAST_ENV = "SNIP_FAST"  # "0" turns off the fused CPU quantizers (snip.formats.fast)
 # Messages of torch.distributed errors that mean "a peer is hung or gone", not a bug.
 PEER_FAILURES = ("timed out", "timeout", "connection closed", "connection reset", "broken pipe")
 
@@ -173,11 +172,6 @@ def wrap(model: nn.Module, info: DistInfo, strategy: Strategy, *,
         fully_shard,
     )
 
-    if next(model.parameters()).device.type == "cpu":
-        # The fused numba quantizers view their input through ``Tensor.numpy()``, which marks
-        # the storage non-resizable -- and FSDP frees a gathered weight by resizing its
-        # storage to 0. Use the PyTorch quantizers (bit-identical) in this process instead.
-        os.environ[FAST_ENV] = "0"
     mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
           if mixed_precision is MixedPrecision.BF16 else MixedPrecisionPolicy())
     on_gpu = next(model.parameters()).device.type == "cuda"

@@ -54,6 +54,7 @@ from torch import nn
 from tqdm import tqdm
 
 from snip.errors import UserError
+from snip.formats.scaling import RowShard
 from snip.models import ModelConfig, build_model, get_config
 from snip.nn import convert, qlinear_layers
 from snip.plan import PrecisionPlan, fp4_flop_fraction
@@ -154,12 +155,15 @@ def pick_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def sync_quant_counters(model: nn.Module, count: int) -> None:
+def sync_quant_counters(model: nn.Module, step: int, tokens: RowShard | None = None) -> None:
     """Set every QLinear's forward counter (which seeds its stochastic rounding) from the step,
-    so that the noise is a pure function of the step: exact resume, and evaluation forwards
-    never shift the training noise."""
+    and the place of this forward's tokens in the step's global batch (``None``: unplaced), so
+    that the noise is a pure function of (step, token): exact resume, evaluation forwards never
+    shift the training noise, and every split of a batch over ranks and micro-batches draws
+    the coins of one process running the whole batch at once."""
     for _, m in qlinear_layers(model):
-        m.step = count
+        m.step = step
+        m.tokens = tokens
 
 
 def local_rows(batch: Batch, dist: distributed.DistInfo) -> Batch:
@@ -396,16 +400,19 @@ class Trainer:
         micro = t.batch_size // t.grad_accum // dist.world_size
         x, y = local_rows(self.data.train_batch(step, t.batch_size, t.seq_len), dist)
         loss_sum = torch.zeros((), device=self.device)
+        first_row = dist.rank * (t.batch_size // dist.world_size)  # in the global batch
         with distributed.collective(dist, "the forward/backward (gradient reduction)"):
             for m in range(t.grad_accum):
                 xm = x[m * micro:(m + 1) * micro].to(self.device, non_blocking=True)
                 ym = y[m * micro:(m + 1) * micro].to(self.device, non_blocking=True)
-                sync_quant_counters(model, step * t.grad_accum + m)
+                sync_quant_counters(model, step, RowShard((first_row + m * micro) * t.seq_len,
+                                                          t.batch_size * t.seq_len))
                 with distributed.gradient_sync(self.engine, m == t.grad_accum - 1):
                     with autocast(self.device, t.bf16):
                         _, loss = self.engine(xm, ym)
                     (loss / t.grad_accum).backward()
                 loss_sum += loss.detach().float()
+        sync_quant_counters(model, step)  # later forwards (evaluation, statistics): unplaced
 
         # 3. the mean loss over ranks, clip, and refuse to apply a non-finite update
         loss_val = distributed.mean_over_ranks(loss_sum / t.grad_accum, dist).item()
