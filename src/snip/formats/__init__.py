@@ -36,6 +36,7 @@ _WHERE = {
     "encode": "quantize",
     "quantize": "quantize",
     "replace_spec": "quantize",
+    "RowShard": "scaling",
     "PRESETS": "spec",
     "E8M0Rule": "spec",
     "QuantSpec": "spec",
@@ -54,6 +55,7 @@ __all__ = [
     "QTensor",
     "QuantSpec",
     "Rounding",
+    "RowShard",
     "ScaleFormat",
     "Scaling",
     "Special",
@@ -115,6 +117,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
     )
     from snip.formats.quantize import QTensor, encode, quantize, replace_spec
     from snip.formats.rounding import Rounding, as_rounding
+    from snip.formats.scaling import RowShard
     from snip.formats.spec import (
         PRESETS,
         E8M0Rule,
