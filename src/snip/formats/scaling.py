@@ -40,8 +40,9 @@ FLT_MIN_NORMAL = torch.finfo(torch.float32).tiny
 
 @dataclass(frozen=True)
 class RowShard:
-    """"This tensor is rows ``start .. start + len - 1`` (along dim 0) of a tensor of ``total``
-    rows; every other dim is whole" -- e.g. one rank's tokens of the global batch.
+    """A tensor's place in a larger one: it is rows ``start .. start + len - 1`` (along dim 0)
+    of a tensor of ``total`` rows, every other dim whole -- e.g. one rank's tokens of the global
+    batch.
 
     Passed to :func:`snip.formats.quantize` (``shard=``), it makes stochastic rounding draw the
     coins the whole tensor would draw at these rows, so that ranks that each quantize their own
