@@ -342,6 +342,26 @@ if AVAILABLE:
             h[q] = _pair_hash(p0 + q, k0, k1)
         return h.view(np.uint16)
 
+    @intrinsic
+    def _pair_coins(typingctx, q, lo0, k0, c):
+        """The two coins ``u`` (16-bit, as fp32) of pair counter
+        ``p = hi * 2^32 + lo0 + q`` when the caller folds the pair's high word into ``c = k1 + hi
+        * golden`` (mod 2^32): :func:`_pair_hash` on i32 only, so that the hash vectorizes next
+        to the rounding in one loop (no 64-bit counter, no buffer of uniforms)."""
+        sig = types.UniTuple(types.float32, 2)(types.int64, types.int64, types.int64, types.int64)
+
+        def codegen(context, builder, signature, args):
+            i32, f32 = ir.IntType(32), ir.FloatType()
+            q, lo0, a, c = [builder.trunc(v, i32) for v in args]
+            h = _mix32_ir(builder, builder.xor(builder.add(lo0, q), a))
+            h = _mix32_ir(builder, builder.add(h, c))
+            s = ir.Constant(f32, SR_U_SCALE)
+            u0 = builder.fmul(builder.sitofp(builder.and_(h, ir.Constant(i32, 0xFFFF)), f32), s)
+            u1 = builder.fmul(builder.sitofp(builder.lshr(h, ir.Constant(i32, 16)), f32), s)
+            return context.make_tuple(builder, signature.return_type, (u0, u1))
+
+        return sig, codegen
+
     # ---- the element grid's step, in i32 (numba would widen the exponent arithmetic to i64,
     # which costs more vector instructions than the rounding itself) ----
 
@@ -401,6 +421,26 @@ if AVAILABLE:
         def st32(a, i, v):
             a[i] = v
         return st32
+
+    def _at(s, j):  # pragma: no cover - replaced by the overload below
+        raise NotImplementedError
+
+    @overload(_at, inline="always")
+    def _at_impl(s, j):
+        """A scale for element ``j``: ``s[j]`` of a per-element array, or the scalar ``s``."""
+        if isinstance(s, types.Array):
+            return lambda s, j: s[j]
+        return lambda s, j: s
+
+    def _tail(s, j):  # pragma: no cover - replaced by the overload below
+        raise NotImplementedError
+
+    @overload(_tail, inline="always")
+    def _tail_impl(s, j):
+        """``s[j:]`` of a per-element array of scales, or the scalar ``s``."""
+        if isinstance(s, types.Array):
+            return lambda s, j: s[j:]
+        return lambda s, j: s
 
     # ---- per-block scales (same arithmetic as snip.formats.scaling) ----
 
@@ -529,21 +569,52 @@ if AVAILABLE:
             q = np.float32(np.copysign(maxn if q > maxn else q, v))
             _st(os_, j, q * dec)
 
+    @njit(inline="always", error_model="numpy")
+    def _sr_elem(xv, u, enc, dec, mbits, emin, emax, maxn):
+        """Stochastic rounding of one element with coin ``u``.
+
+        The reference rounds ``t = |v| / ulp`` up iff ``u < t - floor(t)``; that is ``ceil(t -
+        u)``: ``t`` is exact (a power-of-two multiple of ``|v|``), and ``t - u`` is exact, or
+        rounds without reaching an integer, or (``t >= 2^(mbits + 1)``) saturates either way.
+        """
+        v = xv * enc
+        a = np.float32(abs(v))
+        t = a * _pow2_dn(a, emin, emax, mbits)
+        q = np.float32(np.ceil(t - u)) * _pow2_up(a, emin, emax, -mbits)
+        q = np.float32(np.copysign(maxn if q > maxn else q, v))
+        return q * dec
+
     @njit(error_model="numpy")
     def _sr_span(xs, os_, enc, dec, base, mbits, emin, emax, maxn, k0, k1):
-        """Stochastic rounding onto a float grid, one scale; SR counter ``base + j``."""
-        u16 = _fill_uniforms(xs.shape[0], base, k0, k1)
-        off = base & 1
-        for j in range(xs.shape[0]):
-            u = np.float32(u16[off + j]) * np.float32(SR_U_SCALE)
-            v = _ld(xs, j) * enc
-            a = np.float32(abs(v))
-            t = a * _pow2_dn(a, emin, emax, mbits)
-            n = np.float32(np.floor(t))
-            n = n + np.float32(1.0) if u < t - n else n
-            q = n * _pow2_up(a, emin, emax, -mbits)
-            q = np.float32(np.copysign(maxn if q > maxn else q, v))
-            _st(os_, j, q * dec)
+        """Stochastic rounding onto a float grid, SR counter ``base + j``; ``enc``/``dec``: one
+        scale, or one per element.  One loop over element pairs hashes each pair once and
+        rounds both elements (it vectorizes, and the hash hides under the memory traffic)."""
+        n = xs.shape[0]
+        j = 0
+        if n > 0 and base & 1:  # odd start: the high half of the first pair
+            u = _u01(base, k0, k1)
+            _st(os_, 0, _sr_elem(_ld(xs, 0), u, _at(enc, 0), _at(dec, 0), mbits, emin, emax,
+                                 maxn))
+            j = 1
+        while n - j >= 2:  # whole pairs, in runs whose pair counters share the high word
+            p = (base + j) >> 1
+            hi = p >> 32
+            lo0 = p & 0xFFFFFFFF
+            npair = min((n - j) >> 1, (1 << 32) - lo0)
+            c = k1 + hi * SR_GOLDEN
+            x2, o2, e2, d2 = xs[j:], os_[j:], _tail(enc, j), _tail(dec, j)  # indices from range
+            for q in range(npair):
+                u0, u1 = _pair_coins(q, lo0, k0, c)
+                i = 2 * q
+                _st(o2, i, _sr_elem(_ld(x2, i), u0, _at(e2, i), _at(d2, i), mbits, emin, emax,
+                                    maxn))
+                _st(o2, i + 1, _sr_elem(_ld(x2, i + 1), u1, _at(e2, i + 1), _at(d2, i + 1),
+                                        mbits, emin, emax, maxn))
+            j += 2 * npair
+        if j < n:  # odd end: the low half of the last pair
+            u = _u01(base + j, k0, k1)
+            _st(os_, j, _sr_elem(_ld(xs, j), u, _at(enc, j), _at(dec, j), mbits, emin, emax,
+                                 maxn))
 
     @njit(error_model="numpy")
     def _any_span(xs, os_, enc, dec, base, is_int, mbits, emin, emax, maxn, step, inv_step, sr,
@@ -579,25 +650,10 @@ if AVAILABLE:
     @njit(error_model="numpy")
     def _sr_span_vec(xs, os_, enc, dec, base, stride, mbits, emin, emax, maxn, k0, k1):
         if stride == 1:  # the rows kernel: no 64-bit vector multiply for the counter
-            _sr_span_vec1(xs, os_, enc, dec, base, mbits, emin, emax, maxn, k0, k1)
+            _sr_span(xs, os_, enc, dec, base, mbits, emin, emax, maxn, k0, k1)
             return
         for j in range(xs.shape[0]):
             u = _u01(base + j * stride, k0, k1)
-            v = _ld(xs, j) * enc[j]
-            a = np.float32(abs(v))
-            t = a * _pow2_dn(a, emin, emax, mbits)
-            n = np.float32(np.floor(t))
-            n = n + np.float32(1.0) if u < t - n else n
-            q = n * _pow2_up(a, emin, emax, -mbits)
-            q = np.float32(np.copysign(maxn if q > maxn else q, v))
-            _st(os_, j, q * dec[j])
-
-    @njit(error_model="numpy")
-    def _sr_span_vec1(xs, os_, enc, dec, base, mbits, emin, emax, maxn, k0, k1):
-        u16 = _fill_uniforms(xs.shape[0], base, k0, k1)
-        off = base & 1
-        for j in range(xs.shape[0]):
-            u = np.float32(u16[off + j]) * np.float32(SR_U_SCALE)
             v = _ld(xs, j) * enc[j]
             a = np.float32(abs(v))
             t = a * _pow2_dn(a, emin, emax, mbits)
