@@ -225,3 +225,51 @@ def test_nvfp4_first_pass_edge_cases(dtype, monkeypatch):
                                                                   generator=2), monkeypatch)
             monkeypatch.setattr(fast, "_PARALLEL_MIN", 0)
             torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
+
+
+def _span_inputs() -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(300, generator=g) * torch.logspace(-6, 3, 300)
+    x[3], x[4], x[5], x[6] = float("nan"), float("inf"), float("-inf"), 0.0
+    x[7], x[8], x[9] = -0.0, 1e-41, 3e38
+    x[10:30] = torch.randint(-40, 41, (20,), generator=g) / 8  # grid points and ties
+    return [x, x.bfloat16()]
+
+
+@pytest.mark.parametrize("per_element", [False, True])
+def test_sr_span_equals_scalar_rounding(per_element):
+    """The pair-hashing SR span (odd start, odd end, pair counters that cross a 2^32 boundary,
+    one scale or one per element, fp32 or bf16 in/out) equals the scalar form
+    (``_any_span``: one coin per element, ``u < t - floor(t)``) element by element."""
+    import numpy as np
+
+    key = (123456789, 987654321)
+    f32 = np.float32
+    for x in _span_inputs():
+        xs = fast._np(x)
+        n = xs.shape[0]
+        scales = torch.logspace(-2, 2, n)
+        enc = scales.numpy() if per_element else f32(1.7)
+        dec = (1 / scales).numpy() if per_element else f32(0.6)
+        for fmt in ("fp8_e4m3", "fp4_e2m1_tensor", "fp8_e5m2", "mxfp6_e2m3"):
+            from snip.formats import get_spec
+
+            el = get_spec(fmt).element
+            elem = (el.mbits, el.emin, el.emax, f32(el.max_normal))
+            for base in (0, 1, (1 << 33) - 151, (1 << 33) - 150, (5 << 40) + 3):
+                for lo, hi in ((0, n), (1, n), (0, n - 1), (3, 4), (0, 1)):
+                    got = np.zeros_like(xs)
+                    e = enc[lo:hi] if per_element else enc
+                    d = dec[lo:hi] if per_element else dec
+                    fast._sr_span(xs[lo:hi], got[lo:hi], e, d, base, *elem, *key)
+                    want = np.zeros_like(xs)
+                    for j in range(lo, hi):
+                        ej = enc[j:j + 1] if per_element else enc
+                        dj = dec[j:j + 1] if per_element else dec
+                        fast._any_span_vec(
+                            xs[j:j + 1], want[j:j + 1],
+                            np.full(1, ej, np.float32), np.full(1, dj, np.float32),
+                            base + j - lo, 2, False, *elem, f32(el.step), f32(1 / el.step),
+                            True, *key)
+                    assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), (
+                        fmt, base, lo, hi)
