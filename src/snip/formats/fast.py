@@ -60,6 +60,7 @@ except ImportError:  # pragma: no cover - exercised only on platforms without nu
     AVAILABLE = False
 
 _CHUNK = 4096  # elements per parallel task when one scale covers a long row
+_LONG_BLOCK = 64  # blocks at least this long are rounded block by block (no broadcast scales)
 
 
 _launched = False
@@ -695,6 +696,16 @@ if AVAILABLE:
         enc = np.empty(nblk, np.float32)
         dec = np.empty(nblk, np.float32)
         _scales(m, enc, dec, sfmt, pow2, emax_elem, maxn, mul, t_dec)
+        if k >= _LONG_BLOCK and not is_int:  # long blocks: block by block, scalar scales
+            for b in range(nblk):
+                lo = b * k
+                hi = min(n, lo + k)
+                if sr:
+                    _sr_span(xs[lo:hi], os_[lo:hi], enc[b], dec[b], base + lo, mbits, emin,
+                             emax, maxne, k0, k1)
+                else:
+                    _rne_span(xs[lo:hi], os_[lo:hi], enc[b], dec[b], mbits, emin, emax, maxne)
+            return
         enc_e = np.empty(n, np.float32)
         dec_e = np.empty(n, np.float32)
         for b in range(nblk):
@@ -1124,7 +1135,7 @@ def quantize_fused(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Roundi
     mul = t_dec = f32(0)
     bmax = _NO_BMAX
     whole = inner == 1 and length % k == 0
-    kt = (0,) * k if k in (16, 32) and length % k == 0 else ()
+    kt = (0,) * k if k in (16, 32, 128) and length % k == 0 else ()
     if sfmt == 3:
         if whole and kt:  # one pass for all block maxima and the tensor amax; reused below
             bmax = np.empty(n // k, np.int32)
