@@ -273,3 +273,37 @@ def test_sr_span_equals_scalar_rounding(per_element):
                             True, *key)
                     assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), (
                         fmt, base, lo, hi)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("rounding", ["rne", "stochastic"])
+def test_long_blocks_block_by_block(dtype, rounding, monkeypatch):
+    """1x128 blocks are rounded block by block with scalar scales (compile-time 128 for whole
+    rows, run-time with a short last block otherwise): same bits as the torch path on padded
+    rows, NaN/inf blocks and all-zero blocks, and the same SR bits whatever the thread count."""
+    g = torch.Generator().manual_seed(6)
+    x = torch.randn(7, 300, generator=g) * torch.logspace(-5, 5, 300)
+    x[1, 130] = float("nan")
+    x[2, 5] = float("-inf")
+    x[3, :128] = 0.0
+    cases = [x, torch.randn(3, 1029, generator=g), torch.randn(5, 4096 * 3, generator=g),
+             torch.randn(6, 128, 2, generator=g)]
+    monkeypatch.setattr(fast, "_PARALLEL_MIN", 0)
+    for case in cases:
+        case = case.to(dtype)
+        for preset in ("fp8_e4m3_tile128", "fp4_e2m1_tile128"):
+            for axis in (-1, 1):
+                a, b = both_paths(lambda c=case, p=preset, ax=axis: quantize(
+                    c, p, axis=ax, rounding=rounding, generator=4), monkeypatch)
+                monkeypatch.setattr(fast, "_PARALLEL_MIN", 0)
+                torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
+    before = torch.get_num_threads()
+    try:
+        outs = []
+        for threads in (1, 3):
+            torch.set_num_threads(threads)
+            outs.append(quantize(cases[2].to(dtype), "fp8_e4m3_tile128", rounding=rounding,
+                                 generator=8))
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(outs[0], outs[1])
