@@ -393,6 +393,31 @@ if AVAILABLE:
     _pow2_up = _binade_pow2_factory(1)  # 2^(e + off)
     _pow2_dn = _binade_pow2_factory(-1)  # 2^(off - e)
 
+    @intrinsic
+    def _grid_pow2s(typingctx, a, emin, emax, mbits):
+        """``(2^(mbits - e), 2^(e - mbits))`` for ``e = clamp(floor(log2 a), emin, emax + 1)``
+        (``a >= 0`` or NaN), both from one clamped exponent field (two integer subtractions
+        instead of two shift-and-add chains)."""
+        sig = types.UniTuple(types.float32, 2)(types.float32, types.int64, types.int64,
+                                               types.int64)
+
+        def codegen(context, builder, signature, args):
+            i32, f32 = ir.IntType(32), ir.FloatType()
+            x, lo, hi, mb = args
+            sh = ir.Constant(i32, 23)
+            ef = builder.and_(builder.bitcast(x, i32), ir.Constant(i32, 0x7F800000))
+            lo32 = builder.shl(builder.add(builder.trunc(lo, i32), ir.Constant(i32, 127)), sh)
+            hi32 = builder.shl(builder.add(builder.trunc(hi, i32), ir.Constant(i32, 128)), sh)
+            ef = builder.select(builder.icmp_signed("<", ef, lo32), lo32, ef)
+            ef = builder.select(builder.icmp_signed(">", ef, hi32), hi32, ef)
+            m = builder.shl(builder.trunc(mb, i32), sh)
+            dn = builder.sub(builder.add(ir.Constant(i32, 254 << 23), m), ef)
+            up = builder.sub(ef, m)
+            return context.make_tuple(builder, signature.return_type,
+                                      (builder.bitcast(dn, f32), builder.bitcast(up, f32)))
+
+        return sig, codegen
+
     # ---- loads and stores of fp32 or bf16 (held as uint16) elements ----
 
     def _ld(a, i):  # pragma: no cover - replaced by the overload below
@@ -580,8 +605,8 @@ if AVAILABLE:
         """
         v = xv * enc
         a = np.float32(abs(v))
-        t = a * _pow2_dn(a, emin, emax, mbits)
-        q = np.float32(np.ceil(t - u)) * _pow2_up(a, emin, emax, -mbits)
+        dn, up = _grid_pow2s(a, emin, emax, mbits)
+        q = np.float32(np.ceil(a * dn - u)) * up
         q = np.float32(np.copysign(maxn if q > maxn else q, v))
         return q * dec
 
@@ -680,6 +705,66 @@ if AVAILABLE:
                             inv_step, sr, uj)
             _st(os_, j, q * dec[j])
 
+    @njit(inline="always", error_model="numpy")
+    def _const_blocks(xs, os_, enc, dec, k, nblk, base, sr, mbits, emin, emax, maxn, k0, k1):
+        """``nblk`` whole blocks of ``k`` (a literal at the call: constant trip counts) onto a
+        float grid, block ``b`` with the scalar scales ``enc[b]``, ``dec[b]``; SR counter ``base
+        + j`` with ``base`` even and one high word for all pair counters (the caller checks)."""
+        if sr:
+            p0 = base >> 1
+            lo0 = p0 & 0xFFFFFFFF
+            c = k1 + (p0 >> 32) * SR_GOLDEN
+            h = k >> 1
+            for b in range(nblk):
+                e = enc[b]
+                d = dec[b]
+                xb = xs[b * k:(b + 1) * k]
+                ob = os_[b * k:(b + 1) * k]
+                for q in range(h):
+                    u0, u1 = _pair_coins(b * h + q, lo0, k0, c)
+                    _st(ob, 2 * q, _sr_elem(_ld(xb, 2 * q), u0, e, d, mbits, emin, emax, maxn))
+                    _st(ob, 2 * q + 1, _sr_elem(_ld(xb, 2 * q + 1), u1, e, d, mbits, emin, emax,
+                                                maxn))
+            return
+        for b in range(nblk):
+            e = enc[b]
+            d = dec[b]
+            xb = xs[b * k:(b + 1) * k]
+            ob = os_[b * k:(b + 1) * k]
+            for j in range(k):
+                v = _ld(xb, j) * e
+                a = np.float32(abs(v))
+                magic = _pow2_up(a, emin, emax, 23 - mbits)
+                q = (a + magic) - magic
+                q = np.float32(np.copysign(maxn if q > maxn else q, v))
+                _st(ob, j, q * d)
+
+    @njit(error_model="numpy")
+    def _sr_pair_blocks16(xs, os_, enc, dec, nblk, base, mbits, emin, emax, maxn, k0, k1):
+        """SR of whole blocks of 16 (NVFP4) two blocks (16 pairs, one vector) per step; the
+        conditions of :func:`_const_blocks`."""
+        p0 = base >> 1
+        lo0 = p0 & 0xFFFFFFFF
+        c = k1 + (p0 >> 32) * SR_GOLDEN
+        for b2 in range(nblk >> 1):
+            e0 = enc[2 * b2]
+            e1 = enc[2 * b2 + 1]
+            d0 = dec[2 * b2]
+            d1 = dec[2 * b2 + 1]
+            xb = xs[b2 * 32:(b2 + 1) * 32]
+            ob = os_[b2 * 32:(b2 + 1) * 32]
+            for q in range(16):
+                e = e0 if q < 8 else e1
+                d = d0 if q < 8 else d1
+                u0, u1 = _pair_coins(b2 * 16 + q, lo0, k0, c)
+                _st(ob, 2 * q, _sr_elem(_ld(xb, 2 * q), u0, e, d, mbits, emin, emax, maxn))
+                _st(ob, 2 * q + 1, _sr_elem(_ld(xb, 2 * q + 1), u1, e, d, mbits, emin, emax,
+                                            maxn))
+        if nblk & 1:
+            lo = (nblk - 1) * 16
+            _sr_span(xs[lo:], os_[lo:], enc[nblk - 1], dec[nblk - 1], base + lo, mbits, emin,
+                     emax, maxn, k0, k1)
+
     @njit(error_model="numpy")
     def _run(xs, os_, k, nblk, base, mb, sfmt, pow2, emax_elem, maxn, mul, t_dec, is_int, mbits,
              emin, emax, maxne, step, inv_step, sr, k0, k1):
@@ -696,6 +781,26 @@ if AVAILABLE:
         enc = np.empty(nblk, np.float32)
         dec = np.empty(nblk, np.float32)
         _scales(m, enc, dec, sfmt, pow2, emax_elem, maxn, mul, t_dec)
+        if (not is_int and n == nblk * k and base & 1 == 0 and k & 1 == 0
+                and base >> 33 == (base + n - 1) >> 33):
+            # whole blocks of a compile-time size, one pair-counter high word: the inner loops
+            # have constant trip counts (whole vectors, no remainder code, no broadcast scales)
+            if k == 16 and sr:  # 8 pairs a block do not fill a vector: two blocks a step
+                _sr_pair_blocks16(xs, os_, enc, dec, nblk, base, mbits, emin, emax, maxne, k0,
+                                  k1)
+                return
+            if k == 16:
+                _const_blocks(xs, os_, enc, dec, 16, nblk, base, sr, mbits, emin, emax, maxne,
+                              k0, k1)
+                return
+            if k == 32:
+                _const_blocks(xs, os_, enc, dec, 32, nblk, base, sr, mbits, emin, emax, maxne,
+                              k0, k1)
+                return
+            if k == 128:
+                _const_blocks(xs, os_, enc, dec, 128, nblk, base, sr, mbits, emin, emax, maxne,
+                              k0, k1)
+                return
         if k >= _LONG_BLOCK and not is_int:  # long blocks: block by block, scalar scales
             for b in range(nblk):
                 lo = b * k
