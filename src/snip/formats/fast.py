@@ -345,7 +345,7 @@ if AVAILABLE:
 
     @intrinsic
     def _pair_coins(typingctx, q, lo0, k0, c):
-        """The two coins ``u`` (16-bit, as fp32) of pair counter
+        """The two 16-bit coins (as exact fp32 integers ``U = u * 2^16``) of pair counter
         ``p = hi * 2^32 + lo0 + q`` when the caller folds the pair's high word into ``c = k1 + hi
         * golden`` (mod 2^32): :func:`_pair_hash` on i32 only, so that the hash vectorizes next
         to the rounding in one loop (no 64-bit counter, no buffer of uniforms)."""
@@ -356,10 +356,21 @@ if AVAILABLE:
             q, lo0, a, c = [builder.trunc(v, i32) for v in args]
             h = _mix32_ir(builder, builder.xor(builder.add(lo0, q), a))
             h = _mix32_ir(builder, builder.add(h, c))
-            s = ir.Constant(f32, SR_U_SCALE)
-            u0 = builder.fmul(builder.sitofp(builder.and_(h, ir.Constant(i32, 0xFFFF)), f32), s)
-            u1 = builder.fmul(builder.sitofp(builder.lshr(h, ir.Constant(i32, 16)), f32), s)
+            u0 = builder.sitofp(builder.and_(h, ir.Constant(i32, 0xFFFF)), f32)
+            u1 = builder.sitofp(builder.lshr(h, ir.Constant(i32, 16)), f32)
             return context.make_tuple(builder, signature.return_type, (u0, u1))
+
+        return sig, codegen
+
+    @intrinsic
+    def _sub_coin(typingctx, t, uu):
+        """``t - uu * 2^-16`` rounded once (one fused multiply-add; ``uu * 2^-16`` is exact, so
+        this is the fp32 subtraction ``t - u``)."""
+        sig = types.float32(types.float32, types.float32)
+
+        def codegen(context, builder, signature, args):
+            t, uu = args
+            return builder.fma(uu, ir.Constant(ir.FloatType(), -SR_U_SCALE), t)
 
         return sig, codegen
 
@@ -596,8 +607,8 @@ if AVAILABLE:
             _st(os_, j, q * dec)
 
     @njit(inline="always", error_model="numpy")
-    def _sr_elem(xv, u, enc, dec, mbits, emin, emax, maxn):
-        """Stochastic rounding of one element with coin ``u``.
+    def _sr_elem(xv, uu, enc, dec, mbits, emin, emax, maxn):
+        """Stochastic rounding of one element with coin ``u = uu * 2^-16``.
 
         The reference rounds ``t = |v| / ulp`` up iff ``u < t - floor(t)``; that is ``ceil(t -
         u)``: ``t`` is exact (a power-of-two multiple of ``|v|``), and ``t - u`` is exact, or
@@ -606,7 +617,7 @@ if AVAILABLE:
         v = xv * enc
         a = np.float32(abs(v))
         dn, up = _grid_pow2s(a, emin, emax, mbits)
-        q = np.float32(np.ceil(a * dn - u)) * up
+        q = np.float32(np.ceil(_sub_coin(a * dn, uu))) * up
         q = np.float32(np.copysign(maxn if q > maxn else q, v))
         return q * dec
 
@@ -618,7 +629,7 @@ if AVAILABLE:
         n = xs.shape[0]
         j = 0
         if n > 0 and base & 1:  # odd start: the high half of the first pair
-            u = _u01(base, k0, k1)
+            u = np.float32(_u16(base, k0, k1))
             _st(os_, 0, _sr_elem(_ld(xs, 0), u, _at(enc, 0), _at(dec, 0), mbits, emin, emax,
                                  maxn))
             j = 1
@@ -638,7 +649,7 @@ if AVAILABLE:
                                         mbits, emin, emax, maxn))
             j += 2 * npair
         if j < n:  # odd end: the low half of the last pair
-            u = _u01(base + j, k0, k1)
+            u = np.float32(_u16(base + j, k0, k1))
             _st(os_, j, _sr_elem(_ld(xs, j), u, _at(enc, j), _at(dec, j), mbits, emin, emax,
                                  maxn))
 
