@@ -301,6 +301,14 @@ if AVAILABLE:
                         builder.mul(hi, ir.Constant(i32, SR_GOLDEN)))
         return _mix32_ir(builder, h)
 
+    def _run_hash_ir(builder, q, lo0, a, c):
+        """:func:`_pair_hash_ir` of pair ``hi * 2^32 + lo0 + q`` (i64 arguments) in i32 only,
+        with the high word folded by the caller into ``c = k1 + hi * golden``."""
+        i32 = ir.IntType(32)
+        q, lo0, a, c = [builder.trunc(v, i32) for v in (q, lo0, a, c)]
+        h = _mix32_ir(builder, builder.xor(builder.add(lo0, q), a))
+        return _mix32_ir(builder, builder.add(h, c))
+
     @intrinsic
     def _pair_hash(typingctx, pair, k0, k1):
         """The 32-bit hash of one pair counter (two elements' 16-bit uniforms)."""
@@ -353,12 +361,22 @@ if AVAILABLE:
 
         def codegen(context, builder, signature, args):
             i32, f32 = ir.IntType(32), ir.FloatType()
-            q, lo0, a, c = [builder.trunc(v, i32) for v in args]
-            h = _mix32_ir(builder, builder.xor(builder.add(lo0, q), a))
-            h = _mix32_ir(builder, builder.add(h, c))
+            h = _run_hash_ir(builder, *args)
             u0 = builder.sitofp(builder.and_(h, ir.Constant(i32, 0xFFFF)), f32)
             u1 = builder.sitofp(builder.lshr(h, ir.Constant(i32, 16)), f32)
             return context.make_tuple(builder, signature.return_type, (u0, u1))
+
+        return sig, codegen
+
+    @intrinsic
+    def _pair_hash32(typingctx, q, lo0, k0, c):
+        """The 32-bit hash of pair ``hi * 2^32 + lo0 + q`` with ``c = k1 + hi * golden`` (the
+        two coins of :func:`_pair_coins`, unconverted: a block's buffer of them, read back as
+        uint16, gives the coins in element order)."""
+        sig = types.uint32(types.int64, types.int64, types.int64, types.int64)
+
+        def codegen(context, builder, signature, args):
+            return _run_hash_ir(builder, *args)
 
         return sig, codegen
 
@@ -725,17 +743,19 @@ if AVAILABLE:
             p0 = base >> 1
             lo0 = p0 & 0xFFFFFFFF
             c = k1 + (p0 >> 32) * SR_GOLDEN
-            h = k >> 1
+            h = k >> 1  # the block's hashes into L1, then its elements in order (no shuffles)
+            hb = np.empty(h, np.uint32)
+            u16 = hb.view(np.uint16)
             for b in range(nblk):
                 e = enc[b]
                 d = dec[b]
                 xb = xs[b * k:(b + 1) * k]
                 ob = os_[b * k:(b + 1) * k]
                 for q in range(h):
-                    u0, u1 = _pair_coins(b * h + q, lo0, k0, c)
-                    _st(ob, 2 * q, _sr_elem(_ld(xb, 2 * q), u0, e, d, mbits, emin, emax, maxn))
-                    _st(ob, 2 * q + 1, _sr_elem(_ld(xb, 2 * q + 1), u1, e, d, mbits, emin, emax,
-                                                maxn))
+                    hb[q] = _pair_hash32(b * h + q, lo0, k0, c)
+                for j in range(k):
+                    _st(ob, j, _sr_elem(_ld(xb, j), np.float32(u16[j]), e, d, mbits, emin, emax,
+                                        maxn))
             return
         for b in range(nblk):
             e = enc[b]
