@@ -307,3 +307,48 @@ def test_long_blocks_block_by_block(dtype, rounding, monkeypatch):
     finally:
         torch.set_num_threads(before)
     assert torch.equal(outs[0], outs[1])
+
+
+@pytest.mark.parametrize("k", [16, 32, 128])
+def test_run_block_kernels_equal_scalar_rounding(k):
+    """``_run`` (one task of ``_fused_rows``) on whole blocks of 16/32/128: the constant-size
+    block loops (NVFP4 SR two blocks a vector, an odd block count, block hashes buffered), and
+    the run-time loop they fall back to when the SR pair counters change their high word inside
+    the run or the run is not whole blocks, equal scalar rounding element by element."""
+    import numpy as np
+
+    key = (55555, 7777777)
+    f32 = np.float32
+    g = torch.Generator().manual_seed(7)
+    nblk = 5
+    x = torch.randn(nblk * k, generator=g) * torch.logspace(-3, 3, nblk * k)
+    x[k + 3] = float("nan")
+    x[2 * k:3 * k] = 0.0
+    for spec_name, sfmt, mul, t_dec in (("mxfp4", 1, f32(0), f32(0)),
+                                        ("nvfp4", 3, f32(0.05), f32(0.3)),
+                                        ("fp8_e4m3_tile128", 0, f32(0), f32(0))):
+        el = get_spec(spec_name).element
+        maxn = f32(el.max_normal)
+        for xt in (x, x.bfloat16()):
+            xs = fast._np(xt)
+            for n in (nblk * k, nblk * k - 3):
+                for sr in (False, True):
+                    for base in (0, 6 * k, (1 << 33) - 2 * k, (3 << 40) + 2 * k):
+                        got = np.zeros_like(xs[:n])
+                        fast._run(xs[:n], got, k, nblk, base, fast._NO_BMAX, sfmt, False,
+                                  el.emax, maxn, mul, t_dec, False, el.mbits, el.emin, el.emax,
+                                  maxn, f32(el.step), f32(1 / el.step), sr, *key)
+                        m = np.array([fast._max_bits(xs[b * k:min(n, (b + 1) * k)])
+                                      for b in range(nblk)], np.int32)
+                        enc = np.empty(nblk, np.float32)
+                        dec = np.empty(nblk, np.float32)
+                        fast._scales(m, enc, dec, sfmt, False, el.emax, maxn, mul, t_dec)
+                        want = np.zeros_like(got)
+                        for j in range(n):
+                            b = j // k
+                            fast._any_span_vec(
+                                xs[j:j + 1], want[j:j + 1], enc[b:b + 1], dec[b:b + 1],
+                                base + j, 2, False, el.mbits, el.emin, el.emax, maxn,
+                                f32(el.step), f32(1 / el.step), sr, *key)
+                        assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), (
+                            spec_name, xt.dtype, n, sr, base)
