@@ -8,9 +8,11 @@ per-channel and 1-D block scaling along any axis, on fp32 or bf16 input:
 * each parallel task takes a run of blocks (~16 KiB), computes their amaxes (as integer maxima
   of ``|x|`` bit patterns, which vectorize), their scales (:func:`_block_scale` repeats
   :mod:`snip.formats.scaling` operation for operation: fp32, e8m0 floor/rceil, NVFP4's e4m3
-  under an fp32 tensor scale -- the latter in a branch-free loop over blocks), broadcasts the
-  scales into L1, and rounds and rescales the run in one straight vectorized loop, storing
-  straight into the output (bf16 stores round to nearest even like torch).  Per-tensor scaling
+  under an fp32 tensor scale -- the latter in a branch-free loop over blocks), and rounds and
+  rescales the run, storing straight into the output (bf16 stores round to nearest even like
+  torch): whole blocks of 16, 32 or 128 (compile-time sizes) block by block with scalar scales
+  in loops of constant trip count, other blocks of 64 or more block by block, shorter ones
+  after broadcasting the scales into L1 (one straight vectorized loop).  Per-tensor scaling
   and NVFP4 read the input twice (the tensor amax first); NVFP4's first pass also stores every
   block's maximum, so the second pass only computes scales and rounds;
 * blocks along a middle axis (axis 0 of a matrix: the weight-gradient operands) are handled
@@ -22,7 +24,9 @@ per-channel and 1-D block scaling along any axis, on fp32 or bf16 input:
   the padded blocks layout, one 32-bit hash per pair of elements (:func:`sr_uniform_reference`
   is the definition; here as i32 LLVM IR so that it vectorizes): the same numbers whatever the
   thread count, and the reference path (:func:`snip.formats.cast.counter_uniforms`) draws them
-  too;
+  too.  The kernels hash each pair inside the rounding loop (or a whole block's pairs into an
+  L1 buffer), on a 32-bit counter within runs that share the counter's high word, and round
+  up as ``ceil(t - u)`` (the reference's ``floor(t) + (u < frac(t))``, exactly);
 * the output (the only large allocation) comes from :class:`_BufferCache`, which recycles
   snip's own freed output buffers: a fresh 64 MiB allocation page-faults for 5-20x longer than
   the quantization takes in this project's VMs, and library users do not call
@@ -113,7 +117,8 @@ def _mix32(h: int) -> int:
 def sr_uniform_reference(key: tuple[int, int] | int, index: int) -> float:
     """The stochastic-rounding coin ``u`` in [0, 1) of element ``index`` under ``key``.
 
-    This is *the* definition (pure Python); the numba kernels (``_pair_hash``/``_u16``),
+    This is *the* definition (pure Python); the numba kernels (``_pair_hash``/``_u16``,
+    ``_pair_coins``/``_pair_hash32`` on a 32-bit counter),
     :func:`snip.formats.cast.counter_uniforms` (torch) and any GPU port must return the same
     bits.  ``key = (k0, k1)`` is drawn once per quantize call by
     :func:`snip.formats.cast.draw_key` (two ``torch.randint(0, 2**31)`` words from the call's
@@ -800,8 +805,10 @@ if AVAILABLE:
     def _run(xs, os_, k, nblk, base, mb, sfmt, pow2, emax_elem, maxn, mul, t_dec, is_int, mbits,
              emin, emax, maxne, step, inv_step, sr, k0, k1):
         """``nblk`` consecutive blocks of ``k`` (the last may be short): amaxes (or the block
-        maxima ``mb`` of a first pass, when not empty), scales, then one scale per element
-        broadcast into L1 and one straight vectorized pass over the run."""
+        maxima ``mb`` of a first pass, when not empty), scales, then the rounding: block by
+        block with scalar scales (whole blocks of 16/32/128 in constant-trip-count loops; any
+        block of ``_LONG_BLOCK`` or more), else one scale per element broadcast into L1 and one
+        straight vectorized pass over the run."""
         n = xs.shape[0]
         if mb.shape[0] > 0:
             m = mb
@@ -862,7 +869,7 @@ if AVAILABLE:
         given scale (``fix_enc``, ``fix_dec``); blocks then only split the work.  The SR counter
         is the element's index in the padded blocks layout (``row * padded + l``).
 
-        ``kt`` is a tuple whose *length* is the block size when that is small (16, 32): numba
+        ``kt`` is a tuple whose *length* is the block size when that is 16, 32 or 128: numba
         then compiles the kernel for that size, with constant trip counts that LLVM unrolls into
         whole vectors; ``kt == ()`` means "use ``k_rt``".  ``bmax``: the int32 |x| bit maxima of
         all ``n_rows * nb`` blocks when a first pass computed them (NVFP4), else empty.
