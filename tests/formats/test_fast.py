@@ -278,7 +278,7 @@ def test_sr_span_equals_scalar_rounding(per_element):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("rounding", ["rne", "stochastic"])
 def test_long_blocks_block_by_block(dtype, rounding, monkeypatch):
-    """1x128 blocks are rounded block by block with scalar scales (compile-time 128 for whole
+    """1x128 blocks are rounded block by block with scalar scales (a constant-size loop for whole
     rows, run-time with a short last block otherwise): same bits as the torch path on padded
     rows, NaN/inf blocks and all-zero blocks, and the same SR bits whatever the thread count."""
     g = torch.Generator().manual_seed(6)

@@ -10,8 +10,8 @@ per-channel and 1-D block scaling along any axis, on fp32 or bf16 input:
   :mod:`snip.formats.scaling` operation for operation: fp32, e8m0 floor/rceil, NVFP4's e4m3
   under an fp32 tensor scale -- the latter in a branch-free loop over blocks), and rounds and
   rescales the run, storing straight into the output (bf16 stores round to nearest even like
-  torch): whole blocks of 16, 32 or 128 (compile-time sizes) block by block with scalar scales
-  in loops of constant trip count, other blocks of 64 or more block by block, shorter ones
+  torch): whole blocks of 16, 32 or 128 block by block with scalar scales in loops of constant
+  trip count (one branch per size), other blocks of 64 or more block by block, shorter ones
   after broadcasting the scales into L1 (one straight vectorized loop).  Per-tensor scaling
   and NVFP4 read the input twice (the tensor amax first); NVFP4's first pass also stores every
   block's maximum, so the second pass only computes scales and rounds;
@@ -869,7 +869,7 @@ if AVAILABLE:
         given scale (``fix_enc``, ``fix_dec``); blocks then only split the work.  The SR counter
         is the element's index in the padded blocks layout (``row * padded + l``).
 
-        ``kt`` is a tuple whose *length* is the block size when that is 16, 32 or 128: numba
+        ``kt`` is a tuple whose *length* is the block size when that is small (16, 32): numba
         then compiles the kernel for that size, with constant trip counts that LLVM unrolls into
         whole vectors; ``kt == ()`` means "use ``k_rt``".  ``bmax``: the int32 |x| bit maxima of
         all ``n_rows * nb`` blocks when a first pass computed them (NVFP4), else empty.
@@ -1278,7 +1278,7 @@ def quantize_fused(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Roundi
     mul = t_dec = f32(0)
     bmax = _NO_BMAX
     whole = inner == 1 and length % k == 0
-    kt = (0,) * k if k in (16, 32, 128) and length % k == 0 else ()
+    kt = (0,) * k if k in (16, 32) and length % k == 0 else ()
     if sfmt == 3:
         if whole and kt:  # one pass for all block maxima and the tensor amax; reused below
             bmax = np.empty(n // k, np.int32)
