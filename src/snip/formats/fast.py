@@ -64,6 +64,7 @@ except ImportError:  # pragma: no cover - exercised only on platforms without nu
     AVAILABLE = False
 
 _CHUNK = 4096  # elements per parallel task when one scale covers a long row
+_SR_GROUP = 64  # pairs hashed into an L1 buffer at a time by the SR span
 _LONG_BLOCK = 64  # blocks at least this long are rounded block by block (no broadcast scales)
 
 
@@ -647,10 +648,13 @@ if AVAILABLE:
     @njit(error_model="numpy")
     def _sr_span(xs, os_, enc, dec, base, mbits, emin, emax, maxn, k0, k1):
         """Stochastic rounding onto a float grid, SR counter ``base + j``; ``enc``/``dec``: one
-        scale, or one per element.  One loop over element pairs hashes each pair once and
-        rounds both elements (it vectorizes, and the hash hides under the memory traffic)."""
+        scale, or one per element.  Each pair is hashed once, on a 32-bit counter: groups of
+        ``_SR_GROUP`` pairs into an L1 buffer that the rounding loop then reads in element
+        order, the rest in one loop over pairs that rounds both elements (both vectorize)."""
         n = xs.shape[0]
         j = 0
+        hb = np.empty(_SR_GROUP, np.uint32)
+        u16 = hb.view(np.uint16)
         if n > 0 and base & 1:  # odd start: the high half of the first pair
             u = np.float32(_u16(base, k0, k1))
             _st(os_, 0, _sr_elem(_ld(xs, 0), u, _at(enc, 0), _at(dec, 0), mbits, emin, emax,
@@ -663,7 +667,18 @@ if AVAILABLE:
             npair = min((n - j) >> 1, (1 << 32) - lo0)
             c = k1 + hi * SR_GOLDEN
             x2, o2, e2, d2 = xs[j:], os_[j:], _tail(enc, j), _tail(dec, j)  # indices from range
-            for q in range(npair):
+            ngrp = npair // _SR_GROUP
+            for g in range(ngrp):  # groups: the hashes into L1, then the elements in order
+                gx = x2[g * 2 * _SR_GROUP:(g + 1) * 2 * _SR_GROUP]
+                go = o2[g * 2 * _SR_GROUP:(g + 1) * 2 * _SR_GROUP]
+                ge = _tail(e2, g * 2 * _SR_GROUP)
+                gd = _tail(d2, g * 2 * _SR_GROUP)
+                for q in range(_SR_GROUP):
+                    hb[q] = _pair_hash32(g * _SR_GROUP + q, lo0, k0, c)
+                for i in range(2 * _SR_GROUP):
+                    _st(go, i, _sr_elem(_ld(gx, i), np.float32(u16[i]), _at(ge, i), _at(gd, i),
+                                        mbits, emin, emax, maxn))
+            for q in range(ngrp * _SR_GROUP, npair):
                 u0, u1 = _pair_coins(q, lo0, k0, c)
                 i = 2 * q
                 _st(o2, i, _sr_elem(_ld(x2, i), u0, _at(e2, i), _at(d2, i), mbits, emin, emax,
