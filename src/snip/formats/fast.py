@@ -763,10 +763,27 @@ if AVAILABLE:
             p0 = base >> 1
             lo0 = p0 & 0xFFFFFFFF
             c = k1 + (p0 >> 32) * SR_GOLDEN
-            h = k >> 1  # the block's hashes into L1, then its elements in order (no shuffles)
-            hb = np.empty(h, np.uint32)
+            # the hashes of a group of blocks (>= _SR_GROUP pairs) into L1, then the elements
+            # block by block in order (no shuffles); the last few blocks one by one
+            h = k >> 1
+            grp = max(1, _SR_GROUP // h)
+            hb = np.empty(grp * h, np.uint32)
             u16 = hb.view(np.uint16)
-            for b in range(nblk):
+            nfull = nblk // grp
+            for g in range(nfull):
+                for q in range(grp * h):
+                    hb[q] = _pair_hash32(g * grp * h + q, lo0, k0, c)
+                for bb in range(grp):
+                    b = g * grp + bb
+                    e = enc[b]
+                    d = dec[b]
+                    xb = xs[b * k:(b + 1) * k]
+                    ob = os_[b * k:(b + 1) * k]
+                    ub = u16[bb * k:(bb + 1) * k]
+                    for j in range(k):
+                        _st(ob, j, _sr_elem(_ld(xb, j), np.float32(ub[j]), e, d, mbits, emin,
+                                            emax, maxn))
+            for b in range(nfull * grp, nblk):
                 e = enc[b]
                 d = dec[b]
                 xb = xs[b * k:(b + 1) * k]
