@@ -236,3 +236,130 @@ def test_kernels_leave_the_input_storage_resizable() -> None:
     quantize(w.detach(), get_spec("nvfp4").for_weight())
     assert w.untyped_storage().resizable()
     w.untyped_storage().resize_(0)
+
+
+def _span_inputs() -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(300, generator=g) * torch.logspace(-6, 3, 300)
+    x[3], x[4], x[5], x[6] = float("nan"), float("inf"), float("-inf"), 0.0
+    x[7], x[8], x[9] = -0.0, 1e-41, 3e38
+    x[10:30] = torch.randint(-40, 41, (20,), generator=g) / 8  # grid points and ties
+    return [x, x.bfloat16()]
+
+
+@pytest.mark.parametrize("per_element", [False, True])
+def test_sr_span_equals_scalar_rounding(per_element):
+    """The pair-hashing SR span (odd start, odd end, pair counters that cross a 2^32 boundary,
+    one scale or one per element, fp32 or bf16 in/out) equals the scalar form
+    (``_any_span``: one coin per element, ``u < t - floor(t)``) element by element."""
+    import numpy as np
+
+    key = (123456789, 987654321)
+    f32 = np.float32
+    for x in _span_inputs():
+        xs = fast._np(x)
+        n = xs.shape[0]
+        scales = torch.logspace(-2, 2, n)
+        enc = scales.numpy() if per_element else f32(1.7)
+        dec = (1 / scales).numpy() if per_element else f32(0.6)
+        for fmt in ("fp8_e4m3", "fp4_e2m1_tensor", "fp8_e5m2", "mxfp6_e2m3"):
+            from snip.formats import get_spec
+
+            el = get_spec(fmt).element
+            elem = (el.mbits, el.emin, el.emax, f32(el.max_normal))
+            for base in (0, 1, (1 << 33) - 151, (1 << 33) - 150, (5 << 40) + 3):
+                for lo, hi in ((0, n), (1, n), (0, n - 1), (3, 4), (0, 1)):
+                    got = np.zeros_like(xs)
+                    e = enc[lo:hi] if per_element else enc
+                    d = dec[lo:hi] if per_element else dec
+                    fast._sr_span(xs[lo:hi], got[lo:hi], e, d, base, *elem, *key)
+                    want = np.zeros_like(xs)
+                    for j in range(lo, hi):
+                        ej = enc[j:j + 1] if per_element else enc
+                        dj = dec[j:j + 1] if per_element else dec
+                        fast._any_span_vec(
+                            xs[j:j + 1], want[j:j + 1],
+                            np.full(1, ej, np.float32), np.full(1, dj, np.float32),
+                            base + j - lo, 2, False, *elem, f32(el.step), f32(1 / el.step),
+                            True, *key)
+                    assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), (
+                        fmt, base, lo, hi)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("rounding", ["rne", "stochastic"])
+def test_long_blocks_block_by_block(dtype, rounding, monkeypatch):
+    """1x128 blocks are rounded block by block with scalar scales (a constant-size loop for whole
+    rows, run-time with a short last block otherwise): same bits as the torch path on padded
+    rows, NaN/inf blocks and all-zero blocks, and the same SR bits whatever the thread count."""
+    g = torch.Generator().manual_seed(6)
+    x = torch.randn(7, 300, generator=g) * torch.logspace(-5, 5, 300)
+    x[1, 130] = float("nan")
+    x[2, 5] = float("-inf")
+    x[3, :128] = 0.0
+    cases = [x, torch.randn(3, 1029, generator=g), torch.randn(5, 4096 * 3, generator=g),
+             torch.randn(6, 128, 2, generator=g)]
+    monkeypatch.setattr(fast, "_PARALLEL_MIN", 0)
+    for case in cases:
+        case = case.to(dtype)
+        for preset in ("fp8_e4m3_tile128", "fp4_e2m1_tile128"):
+            for axis in (-1, 1):
+                a, b = both_paths(lambda c=case, p=preset, ax=axis: quantize(
+                    c, p, axis=ax, rounding=rounding, generator=4), monkeypatch)
+                monkeypatch.setattr(fast, "_PARALLEL_MIN", 0)
+                torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
+    before = torch.get_num_threads()
+    try:
+        outs = []
+        for threads in (1, 3):
+            torch.set_num_threads(threads)
+            outs.append(quantize(cases[2].to(dtype), "fp8_e4m3_tile128", rounding=rounding,
+                                 generator=8))
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(outs[0], outs[1])
+
+
+@pytest.mark.parametrize("k", [16, 32, 128])
+def test_run_block_kernels_equal_scalar_rounding(k):
+    """``_run`` (one task of ``_fused_rows``) on whole blocks of 16/32/128: the constant-size
+    block loops (NVFP4 SR two blocks a vector, an odd block count, block hashes buffered), and
+    the run-time loop they fall back to when the SR pair counters change their high word inside
+    the run or the run is not whole blocks, equal scalar rounding element by element."""
+    import numpy as np
+
+    key = (55555, 7777777)
+    f32 = np.float32
+    g = torch.Generator().manual_seed(7)
+    nblk = 5
+    x = torch.randn(nblk * k, generator=g) * torch.logspace(-3, 3, nblk * k)
+    x[k + 3] = float("nan")
+    x[2 * k:3 * k] = 0.0
+    for spec_name, sfmt, mul, t_dec in (("mxfp4", 1, f32(0), f32(0)),
+                                        ("nvfp4", 3, f32(0.05), f32(0.3)),
+                                        ("fp8_e4m3_tile128", 0, f32(0), f32(0))):
+        el = get_spec(spec_name).element
+        maxn = f32(el.max_normal)
+        for xt in (x, x.bfloat16()):
+            xs = fast._np(xt)
+            for n in (nblk * k, nblk * k - 3):
+                for sr in (False, True):
+                    for base in (0, 6 * k, (1 << 33) - 2 * k, (3 << 40) + 2 * k):
+                        got = np.zeros_like(xs[:n])
+                        fast._run(xs[:n], got, k, nblk, base, fast._NO_BMAX, sfmt, False,
+                                  el.emax, maxn, mul, t_dec, False, el.mbits, el.emin, el.emax,
+                                  maxn, f32(el.step), f32(1 / el.step), sr, *key)
+                        m = np.array([fast._max_bits(xs[b * k:min(n, (b + 1) * k)])
+                                      for b in range(nblk)], np.int32)
+                        enc = np.empty(nblk, np.float32)
+                        dec = np.empty(nblk, np.float32)
+                        fast._scales(m, enc, dec, sfmt, False, el.emax, maxn, mul, t_dec)
+                        want = np.zeros_like(got)
+                        for j in range(n):
+                            b = j // k
+                            fast._any_span_vec(
+                                xs[j:j + 1], want[j:j + 1], enc[b:b + 1], dec[b:b + 1],
+                                base + j, 2, False, el.mbits, el.emin, el.emax, maxn,
+                                f32(el.step), f32(1 / el.step), sr, *key)
+                        assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), (
+                            spec_name, xt.dtype, n, sr, base)

@@ -111,3 +111,30 @@ def test_counters_map() -> None:
     assert Counters(offset=0, row=4, stride=4).is_default and not c.is_default
     with pytest.raises(ValueError):
         Counters(row=4, stride=2)
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("preset", ["int8", "fp8_e4m3_tile128", "mxfp4"])
+def test_odd_counter_offsets(path: str, preset: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An odd first counter splits an element pair's hash between two shards."""
+    _path(path, monkeypatch)
+    x = whole(77, 95, seed=6)  # rows of 95 (int8) or padded to 96 / 128 elements
+    full = quantize(x, preset, rounding="stochastic", generator=11)
+    for a, b in [(0, 33), (33, 34), (34, 77)]:
+        part = quantize(x[a:b], preset, rounding="stochastic", generator=11,
+                        shard=RowShard(a, 77))
+        assert torch.equal(part, full[a:b]), (a, b)
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("preset", ["fp4_e2m1_tensor", "fp8_e4m3"])
+def test_odd_counter_offsets_one_tensor_scale(path: str, preset: str,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    _path(path, monkeypatch)
+    x = whole(77, 95, seed=7).clamp(-9, 9)
+    x[0, 0] = x[33, 1] = x[34, 2] = 10.0  # every shard holds the tensor's amax
+    full = quantize(x, preset, rounding="stochastic", generator=12)
+    for a, b in [(0, 33), (33, 34), (34, 77)]:
+        part = quantize(x[a:b], preset, rounding="stochastic", generator=12,
+                        shard=RowShard(a, 77))
+        assert torch.equal(part, full[a:b]), (a, b)

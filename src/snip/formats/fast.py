@@ -8,9 +8,11 @@ per-channel and 1-D block scaling along any axis, on fp32 or bf16 input:
 * each parallel task takes a run of blocks (~16 KiB), computes their amaxes (as integer maxima
   of ``|x|`` bit patterns, which vectorize), their scales (:func:`_block_scale` repeats
   :mod:`snip.formats.scaling` operation for operation: fp32, e8m0 floor/rceil, NVFP4's e4m3
-  under an fp32 tensor scale -- the latter in a branch-free loop over blocks), broadcasts the
-  scales into L1, and rounds and rescales the run in one straight vectorized loop, storing
-  straight into the output (bf16 stores round to nearest even like torch).  Per-tensor scaling
+  under an fp32 tensor scale -- the latter in a branch-free loop over blocks), and rounds and
+  rescales the run, storing straight into the output (bf16 stores round to nearest even like
+  torch): whole blocks of 16, 32 or 128 block by block with scalar scales in loops of constant
+  trip count (one branch per size), other blocks of 64 or more block by block, shorter ones
+  after broadcasting the scales into L1 (one straight vectorized loop).  Per-tensor scaling
   and NVFP4 read the input twice (the tensor amax first); NVFP4's first pass also stores every
   block's maximum, so the second pass only computes scales and rounds;
 * blocks along a middle axis (axis 0 of a matrix: the weight-gradient operands) are handled
@@ -22,7 +24,9 @@ per-channel and 1-D block scaling along any axis, on fp32 or bf16 input:
   the padded blocks layout, one 32-bit hash per pair of elements (:func:`sr_uniform_reference`
   is the definition; here as i32 LLVM IR so that it vectorizes): the same numbers whatever the
   thread count, and the reference path (:func:`snip.formats.cast.counter_uniforms`) draws them
-  too;
+  too.  The kernels hash each pair inside the rounding loop (or a whole block's pairs into an
+  L1 buffer), on a 32-bit counter within runs that share the counter's high word, and round
+  up as ``ceil(t - u)`` (the reference's ``floor(t) + (u < frac(t))``, exactly);
 * the output (the only large allocation) comes from :class:`_BufferCache`, which recycles
   snip's own freed output buffers: a fresh 64 MiB allocation page-faults for 5-20x longer than
   the quantization takes in this project's VMs, and library users do not call
@@ -61,6 +65,8 @@ except ImportError:  # pragma: no cover - exercised only on platforms without nu
     AVAILABLE = False
 
 _CHUNK = 4096  # elements per parallel task when one scale covers a long row
+_SR_GROUP = 64  # pairs hashed into an L1 buffer at a time by the SR span
+_LONG_BLOCK = 64  # blocks at least this long are rounded block by block (no broadcast scales)
 
 
 _launched = False
@@ -113,7 +119,8 @@ def _mix32(h: int) -> int:
 def sr_uniform_reference(key: tuple[int, int] | int, index: int) -> float:
     """The stochastic-rounding coin ``u`` in [0, 1) of element ``index`` under ``key``.
 
-    This is *the* definition (pure Python); the numba kernels (``_pair_hash``/``_u16``),
+    This is *the* definition (pure Python); the numba kernels (``_pair_hash``/``_u16``,
+    ``_pair_coins``/``_pair_hash32`` on a 32-bit counter),
     :func:`snip.formats.cast.counter_uniforms` (torch) and any GPU port must return the same
     bits.  ``key = (k0, k1)`` is drawn once per quantize call by
     :func:`snip.formats.cast.draw_key` (two ``torch.randint(0, 2**31)`` words from the call's
@@ -307,6 +314,14 @@ if AVAILABLE:
                         builder.mul(hi, ir.Constant(i32, SR_GOLDEN)))
         return _mix32_ir(builder, h)
 
+    def _run_hash_ir(builder, q, lo0, a, c):
+        """:func:`_pair_hash_ir` of pair ``hi * 2^32 + lo0 + q`` (i64 arguments) in i32 only,
+        with the high word folded by the caller into ``c = k1 + hi * golden``."""
+        i32 = ir.IntType(32)
+        q, lo0, a, c = [builder.trunc(v, i32) for v in (q, lo0, a, c)]
+        h = _mix32_ir(builder, builder.xor(builder.add(lo0, q), a))
+        return _mix32_ir(builder, builder.add(h, c))
+
     @intrinsic
     def _pair_hash(typingctx, pair, k0, k1):
         """The 32-bit hash of one pair counter (two elements' 16-bit uniforms)."""
@@ -349,6 +364,47 @@ if AVAILABLE:
             h[q] = _pair_hash(p0 + q, k0, k1)
         return h.view(np.uint16)
 
+    @intrinsic
+    def _pair_coins(typingctx, q, lo0, k0, c):
+        """The two 16-bit coins (as exact fp32 integers ``U = u * 2^16``) of pair counter
+        ``p = hi * 2^32 + lo0 + q`` when the caller folds the pair's high word into ``c = k1 + hi
+        * golden`` (mod 2^32): :func:`_pair_hash` on i32 only, so that the hash vectorizes next
+        to the rounding in one loop (no 64-bit counter, no buffer of uniforms)."""
+        sig = types.UniTuple(types.float32, 2)(types.int64, types.int64, types.int64, types.int64)
+
+        def codegen(context, builder, signature, args):
+            i32, f32 = ir.IntType(32), ir.FloatType()
+            h = _run_hash_ir(builder, *args)
+            u0 = builder.sitofp(builder.and_(h, ir.Constant(i32, 0xFFFF)), f32)
+            u1 = builder.sitofp(builder.lshr(h, ir.Constant(i32, 16)), f32)
+            return context.make_tuple(builder, signature.return_type, (u0, u1))
+
+        return sig, codegen
+
+    @intrinsic
+    def _pair_hash32(typingctx, q, lo0, k0, c):
+        """The 32-bit hash of pair ``hi * 2^32 + lo0 + q`` with ``c = k1 + hi * golden`` (the
+        two coins of :func:`_pair_coins`, unconverted: a block's buffer of them, read back as
+        uint16, gives the coins in element order)."""
+        sig = types.uint32(types.int64, types.int64, types.int64, types.int64)
+
+        def codegen(context, builder, signature, args):
+            return _run_hash_ir(builder, *args)
+
+        return sig, codegen
+
+    @intrinsic
+    def _sub_coin(typingctx, t, uu):
+        """``t - uu * 2^-16`` rounded once (one fused multiply-add; ``uu * 2^-16`` is exact, so
+        this is the fp32 subtraction ``t - u``)."""
+        sig = types.float32(types.float32, types.float32)
+
+        def codegen(context, builder, signature, args):
+            t, uu = args
+            return builder.fma(uu, ir.Constant(ir.FloatType(), -SR_U_SCALE), t)
+
+        return sig, codegen
+
     # ---- the element grid's step, in i32 (numba would widen the exponent arithmetic to i64,
     # which costs more vector instructions than the rounding itself) ----
 
@@ -379,6 +435,31 @@ if AVAILABLE:
     _pow2_up = _binade_pow2_factory(1)  # 2^(e + off)
     _pow2_dn = _binade_pow2_factory(-1)  # 2^(off - e)
 
+    @intrinsic
+    def _grid_pow2s(typingctx, a, emin, emax, mbits):
+        """``(2^(mbits - e), 2^(e - mbits))`` for ``e = clamp(floor(log2 a), emin, emax + 1)``
+        (``a >= 0`` or NaN), both from one clamped exponent field (two integer subtractions
+        instead of two shift-and-add chains)."""
+        sig = types.UniTuple(types.float32, 2)(types.float32, types.int64, types.int64,
+                                               types.int64)
+
+        def codegen(context, builder, signature, args):
+            i32, f32 = ir.IntType(32), ir.FloatType()
+            x, lo, hi, mb = args
+            sh = ir.Constant(i32, 23)
+            ef = builder.and_(builder.bitcast(x, i32), ir.Constant(i32, 0x7F800000))
+            lo32 = builder.shl(builder.add(builder.trunc(lo, i32), ir.Constant(i32, 127)), sh)
+            hi32 = builder.shl(builder.add(builder.trunc(hi, i32), ir.Constant(i32, 128)), sh)
+            ef = builder.select(builder.icmp_signed("<", ef, lo32), lo32, ef)
+            ef = builder.select(builder.icmp_signed(">", ef, hi32), hi32, ef)
+            m = builder.shl(builder.trunc(mb, i32), sh)
+            dn = builder.sub(builder.add(ir.Constant(i32, 254 << 23), m), ef)
+            up = builder.sub(ef, m)
+            return context.make_tuple(builder, signature.return_type,
+                                      (builder.bitcast(dn, f32), builder.bitcast(up, f32)))
+
+        return sig, codegen
+
     # ---- loads and stores of fp32 or bf16 (held as uint16) elements ----
 
     def _ld(a, i):  # pragma: no cover - replaced by the overload below
@@ -408,6 +489,26 @@ if AVAILABLE:
         def st32(a, i, v):
             a[i] = v
         return st32
+
+    def _at(s, j):  # pragma: no cover - replaced by the overload below
+        raise NotImplementedError
+
+    @overload(_at, inline="always")
+    def _at_impl(s, j):
+        """A scale for element ``j``: ``s[j]`` of a per-element array, or the scalar ``s``."""
+        if isinstance(s, types.Array):
+            return lambda s, j: s[j]
+        return lambda s, j: s
+
+    def _tail(s, j):  # pragma: no cover - replaced by the overload below
+        raise NotImplementedError
+
+    @overload(_tail, inline="always")
+    def _tail_impl(s, j):
+        """``s[j:]`` of a per-element array of scales, or the scalar ``s``."""
+        if isinstance(s, types.Array):
+            return lambda s, j: s[j:]
+        return lambda s, j: s
 
     # ---- per-block scales (same arithmetic as snip.formats.scaling) ----
 
@@ -536,21 +637,66 @@ if AVAILABLE:
             q = np.float32(np.copysign(maxn if q > maxn else q, v))
             _st(os_, j, q * dec)
 
+    @njit(inline="always", error_model="numpy")
+    def _sr_elem(xv, uu, enc, dec, mbits, emin, emax, maxn):
+        """Stochastic rounding of one element with coin ``u = uu * 2^-16``.
+
+        The reference rounds ``t = |v| / ulp`` up iff ``u < t - floor(t)``; that is ``ceil(t -
+        u)``: ``t`` is exact (a power-of-two multiple of ``|v|``), and ``t - u`` is exact, or
+        rounds without reaching an integer, or (``t >= 2^(mbits + 1)``) saturates either way.
+        """
+        v = xv * enc
+        a = np.float32(abs(v))
+        dn, up = _grid_pow2s(a, emin, emax, mbits)
+        q = np.float32(np.ceil(_sub_coin(a * dn, uu))) * up
+        q = np.float32(np.copysign(maxn if q > maxn else q, v))
+        return q * dec
+
     @njit(error_model="numpy")
     def _sr_span(xs, os_, enc, dec, base, mbits, emin, emax, maxn, k0, k1):
-        """Stochastic rounding onto a float grid, one scale; SR counter ``base + j``."""
-        u16 = _fill_uniforms(xs.shape[0], base, k0, k1)
-        off = base & 1
-        for j in range(xs.shape[0]):
-            u = np.float32(u16[off + j]) * np.float32(SR_U_SCALE)
-            v = _ld(xs, j) * enc
-            a = np.float32(abs(v))
-            t = a * _pow2_dn(a, emin, emax, mbits)
-            n = np.float32(np.floor(t))
-            n = n + np.float32(1.0) if u < t - n else n
-            q = n * _pow2_up(a, emin, emax, -mbits)
-            q = np.float32(np.copysign(maxn if q > maxn else q, v))
-            _st(os_, j, q * dec)
+        """Stochastic rounding onto a float grid, SR counter ``base + j``; ``enc``/``dec``: one
+        scale, or one per element.  Each pair is hashed once, on a 32-bit counter: groups of
+        ``_SR_GROUP`` pairs into an L1 buffer that the rounding loop then reads in element
+        order, the rest in one loop over pairs that rounds both elements (both vectorize)."""
+        n = xs.shape[0]
+        j = 0
+        hb = np.empty(_SR_GROUP, np.uint32)
+        u16 = hb.view(np.uint16)
+        if n > 0 and base & 1:  # odd start: the high half of the first pair
+            u = np.float32(_u16(base, k0, k1))
+            _st(os_, 0, _sr_elem(_ld(xs, 0), u, _at(enc, 0), _at(dec, 0), mbits, emin, emax,
+                                 maxn))
+            j = 1
+        while n - j >= 2:  # whole pairs, in runs whose pair counters share the high word
+            p = (base + j) >> 1
+            hi = p >> 32
+            lo0 = p & 0xFFFFFFFF
+            npair = min((n - j) >> 1, (1 << 32) - lo0)
+            c = k1 + hi * SR_GOLDEN
+            x2, o2, e2, d2 = xs[j:], os_[j:], _tail(enc, j), _tail(dec, j)  # indices from range
+            ngrp = npair // _SR_GROUP
+            for g in range(ngrp):  # groups: the hashes into L1, then the elements in order
+                gx = x2[g * 2 * _SR_GROUP:(g + 1) * 2 * _SR_GROUP]
+                go = o2[g * 2 * _SR_GROUP:(g + 1) * 2 * _SR_GROUP]
+                ge = _tail(e2, g * 2 * _SR_GROUP)
+                gd = _tail(d2, g * 2 * _SR_GROUP)
+                for q in range(_SR_GROUP):
+                    hb[q] = _pair_hash32(g * _SR_GROUP + q, lo0, k0, c)
+                for i in range(2 * _SR_GROUP):
+                    _st(go, i, _sr_elem(_ld(gx, i), np.float32(u16[i]), _at(ge, i), _at(gd, i),
+                                        mbits, emin, emax, maxn))
+            for q in range(ngrp * _SR_GROUP, npair):
+                u0, u1 = _pair_coins(q, lo0, k0, c)
+                i = 2 * q
+                _st(o2, i, _sr_elem(_ld(x2, i), u0, _at(e2, i), _at(d2, i), mbits, emin, emax,
+                                    maxn))
+                _st(o2, i + 1, _sr_elem(_ld(x2, i + 1), u1, _at(e2, i + 1), _at(d2, i + 1),
+                                        mbits, emin, emax, maxn))
+            j += 2 * npair
+        if j < n:  # odd end: the low half of the last pair
+            u = np.float32(_u16(base + j, k0, k1))
+            _st(os_, j, _sr_elem(_ld(xs, j), u, _at(enc, j), _at(dec, j), mbits, emin, emax,
+                                 maxn))
 
     @njit(error_model="numpy")
     def _any_span(xs, os_, enc, dec, base, is_int, mbits, emin, emax, maxn, step, inv_step, sr,
@@ -586,25 +732,10 @@ if AVAILABLE:
     @njit(error_model="numpy")
     def _sr_span_vec(xs, os_, enc, dec, base, stride, mbits, emin, emax, maxn, k0, k1):
         if stride == 1:  # the rows kernel: no 64-bit vector multiply for the counter
-            _sr_span_vec1(xs, os_, enc, dec, base, mbits, emin, emax, maxn, k0, k1)
+            _sr_span(xs, os_, enc, dec, base, mbits, emin, emax, maxn, k0, k1)
             return
         for j in range(xs.shape[0]):
             u = _u01(base + j * stride, k0, k1)
-            v = _ld(xs, j) * enc[j]
-            a = np.float32(abs(v))
-            t = a * _pow2_dn(a, emin, emax, mbits)
-            n = np.float32(np.floor(t))
-            n = n + np.float32(1.0) if u < t - n else n
-            q = n * _pow2_up(a, emin, emax, -mbits)
-            q = np.float32(np.copysign(maxn if q > maxn else q, v))
-            _st(os_, j, q * dec[j])
-
-    @njit(error_model="numpy")
-    def _sr_span_vec1(xs, os_, enc, dec, base, mbits, emin, emax, maxn, k0, k1):
-        u16 = _fill_uniforms(xs.shape[0], base, k0, k1)
-        off = base & 1
-        for j in range(xs.shape[0]):
-            u = np.float32(u16[off + j]) * np.float32(SR_U_SCALE)
             v = _ld(xs, j) * enc[j]
             a = np.float32(abs(v))
             t = a * _pow2_dn(a, emin, emax, mbits)
@@ -630,12 +761,93 @@ if AVAILABLE:
                             inv_step, sr, uj)
             _st(os_, j, q * dec[j])
 
+    @njit(inline="always", error_model="numpy")
+    def _const_blocks(xs, os_, enc, dec, k, nblk, base, sr, mbits, emin, emax, maxn, k0, k1):
+        """``nblk`` whole blocks of ``k`` (a literal at the call: constant trip counts) onto a
+        float grid, block ``b`` with the scalar scales ``enc[b]``, ``dec[b]``; SR counter ``base
+        + j`` with ``base`` even and one high word for all pair counters (the caller checks)."""
+        if sr:
+            p0 = base >> 1
+            lo0 = p0 & 0xFFFFFFFF
+            c = k1 + (p0 >> 32) * SR_GOLDEN
+            # the hashes of a group of blocks (>= _SR_GROUP pairs) into L1, then the elements
+            # block by block in order (no shuffles); the last few blocks one by one
+            h = k >> 1
+            grp = max(1, _SR_GROUP // h)
+            hb = np.empty(grp * h, np.uint32)
+            u16 = hb.view(np.uint16)
+            nfull = nblk // grp
+            for g in range(nfull):
+                for q in range(grp * h):
+                    hb[q] = _pair_hash32(g * grp * h + q, lo0, k0, c)
+                for bb in range(grp):
+                    b = g * grp + bb
+                    e = enc[b]
+                    d = dec[b]
+                    xb = xs[b * k:(b + 1) * k]
+                    ob = os_[b * k:(b + 1) * k]
+                    ub = u16[bb * k:(bb + 1) * k]
+                    for j in range(k):
+                        _st(ob, j, _sr_elem(_ld(xb, j), np.float32(ub[j]), e, d, mbits, emin,
+                                            emax, maxn))
+            for b in range(nfull * grp, nblk):
+                e = enc[b]
+                d = dec[b]
+                xb = xs[b * k:(b + 1) * k]
+                ob = os_[b * k:(b + 1) * k]
+                for q in range(h):
+                    hb[q] = _pair_hash32(b * h + q, lo0, k0, c)
+                for j in range(k):
+                    _st(ob, j, _sr_elem(_ld(xb, j), np.float32(u16[j]), e, d, mbits, emin, emax,
+                                        maxn))
+            return
+        for b in range(nblk):
+            e = enc[b]
+            d = dec[b]
+            xb = xs[b * k:(b + 1) * k]
+            ob = os_[b * k:(b + 1) * k]
+            for j in range(k):
+                v = _ld(xb, j) * e
+                a = np.float32(abs(v))
+                magic = _pow2_up(a, emin, emax, 23 - mbits)
+                q = (a + magic) - magic
+                q = np.float32(np.copysign(maxn if q > maxn else q, v))
+                _st(ob, j, q * d)
+
+    @njit(error_model="numpy")
+    def _sr_pair_blocks16(xs, os_, enc, dec, nblk, base, mbits, emin, emax, maxn, k0, k1):
+        """SR of whole blocks of 16 (NVFP4) two blocks (16 pairs, one vector) per step; the
+        conditions of :func:`_const_blocks`."""
+        p0 = base >> 1
+        lo0 = p0 & 0xFFFFFFFF
+        c = k1 + (p0 >> 32) * SR_GOLDEN
+        for b2 in range(nblk >> 1):
+            e0 = enc[2 * b2]
+            e1 = enc[2 * b2 + 1]
+            d0 = dec[2 * b2]
+            d1 = dec[2 * b2 + 1]
+            xb = xs[b2 * 32:(b2 + 1) * 32]
+            ob = os_[b2 * 32:(b2 + 1) * 32]
+            for q in range(16):
+                e = e0 if q < 8 else e1
+                d = d0 if q < 8 else d1
+                u0, u1 = _pair_coins(b2 * 16 + q, lo0, k0, c)
+                _st(ob, 2 * q, _sr_elem(_ld(xb, 2 * q), u0, e, d, mbits, emin, emax, maxn))
+                _st(ob, 2 * q + 1, _sr_elem(_ld(xb, 2 * q + 1), u1, e, d, mbits, emin, emax,
+                                            maxn))
+        if nblk & 1:
+            lo = (nblk - 1) * 16
+            _sr_span(xs[lo:], os_[lo:], enc[nblk - 1], dec[nblk - 1], base + lo, mbits, emin,
+                     emax, maxn, k0, k1)
+
     @njit(error_model="numpy")
     def _run(xs, os_, k, nblk, base, mb, sfmt, pow2, emax_elem, maxn, mul, t_dec, is_int, mbits,
              emin, emax, maxne, step, inv_step, sr, k0, k1):
         """``nblk`` consecutive blocks of ``k`` (the last may be short): amaxes (or the block
-        maxima ``mb`` of a first pass, when not empty), scales, then one scale per element
-        broadcast into L1 and one straight vectorized pass over the run."""
+        maxima ``mb`` of a first pass, when not empty), scales, then the rounding: block by
+        block with scalar scales (whole blocks of 16/32/128 in constant-trip-count loops; any
+        block of ``_LONG_BLOCK`` or more), else one scale per element broadcast into L1 and one
+        straight vectorized pass over the run."""
         n = xs.shape[0]
         if mb.shape[0] > 0:
             m = mb
@@ -646,6 +858,36 @@ if AVAILABLE:
         enc = np.empty(nblk, np.float32)
         dec = np.empty(nblk, np.float32)
         _scales(m, enc, dec, sfmt, pow2, emax_elem, maxn, mul, t_dec)
+        if (not is_int and n == nblk * k and base & 1 == 0 and k & 1 == 0
+                and base >> 33 == (base + n - 1) >> 33):
+            # whole blocks of a compile-time size, one pair-counter high word: the inner loops
+            # have constant trip counts (whole vectors, no remainder code, no broadcast scales)
+            if k == 16 and sr:  # 8 pairs a block do not fill a vector: two blocks a step
+                _sr_pair_blocks16(xs, os_, enc, dec, nblk, base, mbits, emin, emax, maxne, k0,
+                                  k1)
+                return
+            if k == 16:
+                _const_blocks(xs, os_, enc, dec, 16, nblk, base, sr, mbits, emin, emax, maxne,
+                              k0, k1)
+                return
+            if k == 32:
+                _const_blocks(xs, os_, enc, dec, 32, nblk, base, sr, mbits, emin, emax, maxne,
+                              k0, k1)
+                return
+            if k == 128:
+                _const_blocks(xs, os_, enc, dec, 128, nblk, base, sr, mbits, emin, emax, maxne,
+                              k0, k1)
+                return
+        if k >= _LONG_BLOCK and not is_int:  # long blocks: block by block, scalar scales
+            for b in range(nblk):
+                lo = b * k
+                hi = min(n, lo + k)
+                if sr:
+                    _sr_span(xs[lo:hi], os_[lo:hi], enc[b], dec[b], base + lo, mbits, emin,
+                             emax, maxne, k0, k1)
+                else:
+                    _rne_span(xs[lo:hi], os_[lo:hi], enc[b], dec[b], mbits, emin, emax, maxne)
+            return
         enc_e = np.empty(n, np.float32)
         dec_e = np.empty(n, np.float32)
         for b in range(nblk):
