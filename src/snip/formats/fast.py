@@ -433,7 +433,6 @@ if AVAILABLE:
         return binade_pow2
 
     _pow2_up = _binade_pow2_factory(1)  # 2^(e + off)
-    _pow2_dn = _binade_pow2_factory(-1)  # 2^(off - e)
 
     @intrinsic
     def _grid_pow2s(typingctx, a, emin, emax, mbits):
@@ -626,16 +625,22 @@ if AVAILABLE:
                 enc[i], dec[i] = _block_scale(_amax_of_bits(m[i]), sfmt, pow2, emax_elem, maxn,
                                               mul, t_dec)
 
+    @njit(inline="always", error_model="numpy")
+    def _rne_elem(xv, enc, dec, mbits, emin, emax, maxn):
+        """Round-to-nearest-even of one element onto a float grid (the FPU's own rounding drops
+        the bits below the grid step: ``(a + magic) - magic``), saturating; branch-free."""
+        v = xv * enc
+        a = np.float32(abs(v))
+        magic = _pow2_up(a, emin, emax, 23 - mbits)
+        q = (a + magic) - magic
+        q = np.float32(np.copysign(maxn if q > maxn else q, v))
+        return q * dec
+
     @njit(error_model="numpy")
     def _rne_span(xs, os_, enc, dec, mbits, emin, emax, maxn):
         """The hot loop (RNE onto a float grid, one scale): branch-free, so it vectorizes."""
         for j in range(xs.shape[0]):
-            v = _ld(xs, j) * enc
-            a = np.float32(abs(v))
-            magic = _pow2_up(a, emin, emax, 23 - mbits)
-            q = (a + magic) - magic
-            q = np.float32(np.copysign(maxn if q > maxn else q, v))
-            _st(os_, j, q * dec)
+            _st(os_, j, _rne_elem(_ld(xs, j), enc, dec, mbits, emin, emax, maxn))
 
     @njit(inline="always", error_model="numpy")
     def _sr_elem(xv, uu, enc, dec, mbits, emin, emax, maxn):
@@ -722,12 +727,7 @@ if AVAILABLE:
     @njit(error_model="numpy")
     def _rne_span_vec(xs, os_, enc, dec, mbits, emin, emax, maxn):
         for j in range(xs.shape[0]):
-            v = _ld(xs, j) * enc[j]
-            a = np.float32(abs(v))
-            magic = _pow2_up(a, emin, emax, 23 - mbits)
-            q = (a + magic) - magic
-            q = np.float32(np.copysign(maxn if q > maxn else q, v))
-            _st(os_, j, q * dec[j])
+            _st(os_, j, _rne_elem(_ld(xs, j), enc[j], dec[j], mbits, emin, emax, maxn))
 
     @njit(error_model="numpy")
     def _sr_span_vec(xs, os_, enc, dec, base, stride, mbits, emin, emax, maxn, k0, k1):
@@ -735,15 +735,8 @@ if AVAILABLE:
             _sr_span(xs, os_, enc, dec, base, mbits, emin, emax, maxn, k0, k1)
             return
         for j in range(xs.shape[0]):
-            u = _u01(base + j * stride, k0, k1)
-            v = _ld(xs, j) * enc[j]
-            a = np.float32(abs(v))
-            t = a * _pow2_dn(a, emin, emax, mbits)
-            n = np.float32(np.floor(t))
-            n = n + np.float32(1.0) if u < t - n else n
-            q = n * _pow2_up(a, emin, emax, -mbits)
-            q = np.float32(np.copysign(maxn if q > maxn else q, v))
-            _st(os_, j, q * dec[j])
+            u = np.float32(_u16(base + j * stride, k0, k1))
+            _st(os_, j, _sr_elem(_ld(xs, j), u, enc[j], dec[j], mbits, emin, emax, maxn))
 
     @njit(error_model="numpy")
     def _any_span_vec(xs, os_, enc, dec, base, stride, is_int, mbits, emin, emax, maxn, step,
@@ -807,12 +800,7 @@ if AVAILABLE:
             xb = xs[b * k:(b + 1) * k]
             ob = os_[b * k:(b + 1) * k]
             for j in range(k):
-                v = _ld(xb, j) * e
-                a = np.float32(abs(v))
-                magic = _pow2_up(a, emin, emax, 23 - mbits)
-                q = (a + magic) - magic
-                q = np.float32(np.copysign(maxn if q > maxn else q, v))
-                _st(ob, j, q * d)
+                _st(ob, j, _rne_elem(_ld(xb, j), e, d, mbits, emin, emax, maxn))
 
     @njit(error_model="numpy")
     def _sr_pair_blocks16(xs, os_, enc, dec, nblk, base, mbits, emin, emax, maxn, k0, k1):
