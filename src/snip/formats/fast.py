@@ -950,8 +950,8 @@ if AVAILABLE:
             for li in range(l0, l1):
                 lo = (o * length + li) * inner
                 _any_span_vec(x[lo:lo + inner], out[lo:lo + inner], enc, dec,
-                              c_off + o * inner * padded + li, padded, is_int, mbits, emin, emax, maxne,
-                              step, inv_step, sr, k0, k1)
+                              c_off + o * inner * padded + li, padded, is_int, mbits, emin, emax,
+                              maxne, step, inv_step, sr, k0, k1)
 
     @njit(parallel=True, cache=True, error_model="numpy")
     def _block_max_bits(x, kt, bmax):
