@@ -119,8 +119,8 @@ def _mix32(h: int) -> int:
 def sr_uniform_reference(key: tuple[int, int] | int, index: int) -> float:
     """The stochastic-rounding coin ``u`` in [0, 1) of element ``index`` under ``key``.
 
-    This is *the* definition (pure Python); the numba kernels (``_pair_hash``/``_u16``,
-    ``_pair_coins``/``_pair_hash32`` on a 32-bit counter),
+    This is *the* definition (pure Python); the numba kernels (``_u16`` per element,
+    ``_pair_coins``/``_pair_hash32`` per pair on a 32-bit counter),
     :func:`snip.formats.cast.counter_uniforms` (torch) and any GPU port must return the same
     bits.  ``key = (k0, k1)`` is drawn once per quantize call by
     :func:`snip.formats.cast.draw_key` (two ``torch.randint(0, 2**31)`` words from the call's
@@ -323,16 +323,6 @@ if AVAILABLE:
         return _mix32_ir(builder, builder.add(h, c))
 
     @intrinsic
-    def _pair_hash(typingctx, pair, k0, k1):
-        """The 32-bit hash of one pair counter (two elements' 16-bit uniforms)."""
-        sig = types.uint32(types.int64, types.int64, types.int64)
-
-        def codegen(context, builder, signature, args):
-            return _pair_hash_ir(builder, *args)
-
-        return sig, codegen
-
-    @intrinsic
     def _u16(typingctx, index, k0, k1):
         """Element ``index``'s 16 random bits: its half of the hash of pair ``index >> 1``."""
         sig = types.int32(types.int64, types.int64, types.int64)
@@ -349,26 +339,15 @@ if AVAILABLE:
 
     @njit(inline="always", error_model="numpy")
     def _u01(index, k0, k1):
-        """One element's uniform (scalar form; the row kernels use :func:`_fill_uniforms`)."""
+        """One element's uniform (scalar form; the span kernels hash pairs with
+        :func:`_pair_coins` / :func:`_pair_hash32`)."""
         return np.float32(_u16(index, k0, k1)) * np.float32(SR_U_SCALE)
-
-    @njit(inline="always", error_model="numpy")
-    def _fill_uniforms(n, base, k0, k1):
-        """16-bit uniforms of elements ``base .. base + n - 1`` (as a uint16 array of which
-        element ``j`` is entry ``(base & 1) + j``): one hash per *pair* of elements, in a loop
-        that vectorizes; halves the hashing work of stochastic rounding."""
-        p0 = base >> 1
-        npair = ((base + n + 1) >> 1) - p0
-        h = np.empty(npair, np.uint32)
-        for q in range(npair):
-            h[q] = _pair_hash(p0 + q, k0, k1)
-        return h.view(np.uint16)
 
     @intrinsic
     def _pair_coins(typingctx, q, lo0, k0, c):
         """The two 16-bit coins (as exact fp32 integers ``U = u * 2^16``) of pair counter
         ``p = hi * 2^32 + lo0 + q`` when the caller folds the pair's high word into ``c = k1 + hi
-        * golden`` (mod 2^32): :func:`_pair_hash` on i32 only, so that the hash vectorizes next
+        * golden`` (mod 2^32): the pair hash on i32 only, so that the hash vectorizes next
         to the rounding in one loop (no 64-bit counter, no buffer of uniforms)."""
         sig = types.UniTuple(types.float32, 2)(types.int64, types.int64, types.int64, types.int64)
 
