@@ -128,16 +128,6 @@ class Counters:
         if self.offset < 0 or self.row < 0 or (self.row and self.stride < self.row):
             raise ValueError(f"invalid SR counters {self}: need offset >= 0 and stride >= row")
 
-    @property
-    def is_default(self) -> bool:
-        return self.offset == 0 and (self.row == 0 or self.stride == self.row)
-
-    def of_row_start(self, p: int) -> int:
-        """The counter of element ``p``, for ``p`` at the start of (or inside) one row."""
-        if self.row == 0:
-            return self.offset + p
-        return self.offset + (p // self.row) * self.stride + p % self.row
-
     def index(self, n: int, device: torch.device | str) -> torch.Tensor:
         """The int64 counters of elements ``0 .. n - 1``."""
         p = torch.arange(n, device=device, dtype=torch.int64)
