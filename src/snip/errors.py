@@ -16,10 +16,14 @@ fix: ``--train.lr must be a finite positive number, got 1e+39``.
 
 from __future__ import annotations
 
+import enum
 import errno
 from pathlib import Path
+from typing import TypeVar
 
-__all__ = ["MissingFileError", "UserError", "disk_error"]
+__all__ = ["MissingFileError", "UserError", "disk_error", "parse_enum"]
+
+E = TypeVar("E", bound=enum.Enum)
 
 
 class UserError(ValueError):
@@ -36,3 +40,15 @@ def disk_error(e: OSError, path: Path, needed: int) -> Exception:
         return e
     return UserError(f"no space left on device writing {path} (needed about {needed:,} bytes);"
                      " free some space and continue with --resume")
+
+
+def parse_enum(cls: type[E], value: E | str, what: str) -> E:
+    """``value`` as a member of the string-valued enum ``cls`` (case-insensitive, ``-`` read as
+    ``_``), or a `UserError` naming ``what`` it should have been and the valid values."""
+    if isinstance(value, cls):
+        return value
+    try:
+        return cls(str(value).lower().replace("-", "_"))
+    except ValueError:
+        valid = ", ".join(str(m.value) for m in cls)
+        raise UserError(f"unknown {what} {value!r}; valid: {valid}") from None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 
-from snip.errors import UserError
+from snip.errors import parse_enum
 
 
 class Rounding(enum.Enum):
@@ -13,10 +13,4 @@ class Rounding(enum.Enum):
 
 
 def as_rounding(rounding: Rounding | str) -> Rounding:
-    if isinstance(rounding, Rounding):
-        return rounding
-    try:
-        return Rounding(str(rounding).lower())
-    except ValueError:
-        valid = ", ".join(r.value for r in Rounding)
-        raise UserError(f"unknown rounding {rounding!r}; valid: {valid}") from None
+    return parse_enum(Rounding, rounding, "rounding")

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import torch
 
-from snip.errors import UserError
+from snip.errors import UserError, parse_enum
 from snip.formats import QTensor, QuantSpec, Rounding, ScaleFormat, Scaling
 from snip.formats.quantize import grid_values
 from snip.formats.scaling import RowShard
@@ -55,13 +55,7 @@ class GemmImpl(enum.Enum):
 
 
 def as_gemm_impl(value: GemmImpl | str) -> GemmImpl:
-    if isinstance(value, GemmImpl):
-        return value
-    try:
-        return GemmImpl(str(value).lower())
-    except ValueError:
-        valid = ", ".join(g.value for g in GemmImpl)
-        raise UserError(f"unknown gemm implementation {value!r}; valid: {valid}") from None
+    return parse_enum(GemmImpl, value, "gemm implementation")
 
 
 def native_spec(spec: QuantSpec) -> bool:

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from snip.errors import UserError
+from snip.errors import UserError, parse_enum
 from snip.formats import Rounding
 from snip.formats.cast import as_rounding
 from snip.optim.grid import StorageGrid
@@ -50,13 +50,7 @@ class Policy(enum.Enum):
 
 
 def as_policy(name: Policy | str) -> Policy:
-    if isinstance(name, Policy):
-        return name
-    try:
-        return Policy(str(name).lower().replace("-", "_"))
-    except ValueError:
-        valid = ", ".join(p.value for p in Policy)
-        raise UserError(f"unknown write-back policy {name!r}; valid: {valid}") from None
+    return parse_enum(Policy, name, "write-back policy")
 
 
 @dataclass(kw_only=True)
