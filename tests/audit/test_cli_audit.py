@@ -10,8 +10,6 @@ from snip.cli import main
 
 
 def test_snip_audit_records_plots_and_masks(tmp_path, capsys):
-    pytest.importorskip("snip.models")
-    pytest.importorskip("snip.data")
     out = tmp_path / "audit"
     mask = out / "mask.json"
     rc = main(["audit", "--out", str(out), "--steps", "4", "--batch", "2", "--seq-len", "16",

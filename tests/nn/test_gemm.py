@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from snip.formats import PRESETS, get_spec, quantize
 from snip.nn import GemmConfig, GemmSpecs, SavedBytes, SaveMode, quantized_linear, weight_reusable
 from snip.nn.gemm import Accum, matmul
+from snip.nn.native import sqnr_db
 
 T, K, N = 64, 256, 128  # tokens, in_features, out_features
 
@@ -39,10 +40,6 @@ def _reference(data=None, bias=True):
     y = F.linear(x, w, b if bias else None)
     y.backward(dy)
     return y.detach(), x.grad, w.grad, b.grad
-
-
-def sqnr_db(ref: torch.Tensor, q: torch.Tensor) -> float:
-    return (10 * torch.log10(ref.pow(2).sum() / (ref - q).pow(2).sum())).item()
 
 
 # --- identity -------------------------------------------------------------------------------

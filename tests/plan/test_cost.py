@@ -227,8 +227,6 @@ def test_llama2_70b_meta_stack_costs_in_under_a_second():
 
 
 def test_llama2_70b_from_snip_models():
-    models = pytest.importorskip("snip.models")
-    build = getattr(models, "build_model", None)
-    if build is None:
-        pytest.skip("snip.models.build_model not available yet")
-    _check_70b(build("llama2-70b", device="meta"))
+    from snip.models import build_model
+
+    _check_70b(build_model("llama2-70b", device="meta"))

@@ -162,11 +162,9 @@ def test_resolve_from_names_without_model():
 
 
 def test_resolve_on_snip_models_llama():
-    models = pytest.importorskip("snip.models")
-    build = getattr(models, "build_model", None)
-    if build is None:
-        pytest.skip("snip.models.build_model not available yet")
-    model = build("llama2-70b", device="meta")
+    from snip.models import build_model
+
+    model = build_model("llama2-70b", device="meta")
     plan = PrecisionPlan(default=names(FP8), layers={r"re:layers\.[0-9]+\.feed_forward\..*":
                                                      names(FP4)})
     table = plan.resolve(model)
@@ -286,10 +284,8 @@ def test_apply_needs_a_converted_model(model, plan):
 
 
 def test_apply_with_snip_nn_convert(plan):
-    import snip.nn
-    convert = getattr(snip.nn, "convert", None)
-    if convert is None:
-        pytest.skip("snip.nn.convert not available yet")
+    from snip.nn import convert
+
     model = convert(llama_stack(), PrecisionPlan.uniform(FP8))
     assert plan.apply(model) == plan.resolve(model)
 

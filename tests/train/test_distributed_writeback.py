@@ -1,5 +1,8 @@
-"""Weight write-back under FSDP (snip.optim.shard) equals one process: the policies act on
-whole tensors on every rank (same generator, masks on global tiles), AdamW on the shards."""
+"""Weight write-back under FSDP (snip.optim.shard) follows one process: the policies act on
+whole tensors on every rank (same generator, masks on global tiles), AdamW on the shards.
+
+Stochastic write-back to e4m3 can flip on a last-bit difference (FSDP's shard-wise clip norm
+and AdamW), so the runs are compared within the measured spread of ``parity.py``."""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_distributed_fsdp import final_weights, losses, one_process, two_ranks
+from parity import assert_same_trajectory, final_weights, losses, one_process, two_ranks
 
 from snip.formats import cast
 from snip.models import build_model
@@ -37,12 +40,9 @@ def test_fsdp_writeback_matches_one_process(tiny: dict, tmp_path: Path, policy: 
     one_process({**settings, "run.name": "one"})
     two_ranks({**settings, "run.name": "fsdp", "dist.strategy": "fsdp"})
     runs = Path(tiny["run.dir"])
-    one, two = losses(runs / "one"), losses(runs / "fsdp")
-    assert sorted(two) == [1, 2, 3, 4]
-    assert list(two.values()) == pytest.approx(list(one.values()), rel=1e-5)
-    w1, w2 = final_weights(runs / "one"), final_weights(runs / "fsdp")
-    assert max((w1[k] - w2[k]).abs().max().item() for k in w1) < 1e-5
-    w = w2["layers.0.attention.wq.weight"]
+    assert sorted(losses(runs / "fsdp")) == [1, 2, 3, 4]
+    assert_same_trajectory(runs / "one", runs / "fsdp")
+    w = final_weights(runs / "fsdp")["layers.0.attention.wq.weight"]
     assert torch.equal(cast(w, "e4m3"), w)  # stored on the grid
     ckpt = checkpoint.load(checkpoint.find(runs / "fsdp"))
     assert ckpt.sharded and ckpt.writeback["policy"] == policy and ckpt.writeback["step"] == 4
@@ -50,5 +50,5 @@ def test_fsdp_writeback_matches_one_process(tiny: dict, tmp_path: Path, policy: 
     one_process({**settings, "run.name": "one", "train.steps": 6}, resume=str(runs / "one"))
     one_process({**settings, "run.name": "fsdp", "train.steps": 6, "dist.strategy": "ddp"},
                 resume=str(runs / "fsdp"))
-    one, two = losses(runs / "one"), losses(runs / "fsdp")
-    assert [two[s] for s in (5, 6)] == pytest.approx([one[s] for s in (5, 6)], rel=1e-5)
+    assert sorted(losses(runs / "fsdp")) == [1, 2, 3, 4, 5, 6]
+    assert_same_trajectory(runs / "one", runs / "fsdp")
