@@ -1,4 +1,9 @@
-"""snip compare: arm syntax, paired statistics on known effects, and a sweep end to end."""
+"""snip compare: arm syntax, paired statistics on known effects, and a sweep end to end.
+
+Tolerances: every ``approx`` here compares float64 arithmetic on the same numbers summed in
+another order (an ILP's objective against brute force's, a fraction of integer FLOPs, a JSON
+round trip); Python floats round the same on every CPU, so ``rel=1e-9`` (or approx's default
+1e-6) is millions of times wider than the ~n x 2^-53 such a sum can differ by."""
 
 from __future__ import annotations
 

@@ -107,6 +107,8 @@ def test_hadamard_spec_is_close_and_orthogonal():
     assert err("mxfp4_rht") < err("mxfp4")
     from snip.formats.hadamard import irht, rht
 
+    # the inverse rotation undoes the forward one up to fp32 rounding of two 32-point
+    # transforms: ~2 x 5 stages x 2^-24 x |x| <= ~3e-5 for the 50x outlier column, any CPU
     assert torch.allclose(irht(rht(x, 32, 3, -1), 32, 3, -1, 128), x, atol=1e-4)
 
 

@@ -1,6 +1,11 @@
 """Baselines held at exactly the ILP's FP4 fraction, fixed random draws, and the oracle.
 
-Exactness claims are checked against brute force over every subset of units."""
+Exactness claims are checked against brute force over every subset of units.
+
+Tolerances: every ``approx`` here compares float64 arithmetic on the same numbers summed in
+another order (an ILP's objective against brute force's, a fraction of integer FLOPs, a JSON
+round trip); Python floats round the same on every CPU, so ``rel=1e-9`` (or approx's default
+1e-6) is millions of times wider than the ~n x 2^-53 such a sum can differ by."""
 
 from __future__ import annotations
 

@@ -1,4 +1,11 @@
-"""Controller protocol and ``snip plan`` errors."""
+"""Controller protocol and ``snip plan`` errors.
+
+Tolerances: every ``approx`` here compares float64 arithmetic on the same numbers summed in
+another order (an ILP's objective against brute force's, a fraction of integer FLOPs, a JSON
+round trip); Python floats round the same on every CPU, so ``rel=1e-9`` (or approx's default
+1e-6) is millions of times wider than the ~n x 2^-53 such a sum can differ by.  The oracle's
+damage (``abs=1e-6``) is two fp32 losses of the same model subtracted: the same computation twice,
+so it agrees to the last bit on one machine and to fp32 rounding of a loss (~1e-7) anywhere."""
 
 from __future__ import annotations
 

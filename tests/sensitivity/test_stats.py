@@ -1,5 +1,13 @@
 """Statistics helpers of the sensitivity validation: rank correlations, bootstrap intervals,
-split-half reliability, noise ceiling."""
+split-half reliability, noise ceiling.
+
+Tolerances: every ``approx`` here compares float64 arithmetic on the same numbers summed in
+another order (an ILP's objective against brute force's, a fraction of integer FLOPs, a JSON
+round trip); Python floats round the same on every CPU, so ``rel=1e-9`` (or approx's default
+1e-6) is millions of times wider than the ~n x 2^-53 such a sum can differ by.  The split-half
+reliability (``abs=0.06``) is
+a statistic of seeded numpy draws: the same draws on every machine, the tolerance is its
+sampling error for the known answer."""
 
 import math
 

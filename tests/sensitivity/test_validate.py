@@ -1,5 +1,10 @@
 """``benchmarks/validate_sensitivity.py``: its summary statistics on a synthetic case with a
-known answer (fast), and a reduced end-to-end run through the product's trainer (slow)."""
+known answer (fast), and a reduced end-to-end run through the product's trainer (slow).
+
+Tolerances: every ``approx`` here compares float64 arithmetic on the same numbers summed in
+another order (an ILP's objective against brute force's, a fraction of integer FLOPs, a JSON
+round trip); Python floats round the same on every CPU, so ``rel=1e-9`` (or approx's default
+1e-6) is millions of times wider than the ~n x 2^-53 such a sum can differ by."""
 
 import json
 import sys
