@@ -13,7 +13,8 @@ STAMP := $(VENV)/.snip-installed
 # distributed parity) run a second time on the AVX2 kernels of ATen, so that a tolerance that
 # holds only on one CPU's vector width fails here, not on a user's machine (issue 20).
 NUMERICS_TESTS := tests/formats tests/nn/test_gemm.py tests/models/test_llama.py \
-	tests/train/test_distributed.py tests/train/test_distributed_fsdp.py
+	tests/train/test_distributed.py tests/train/test_distributed_fsdp.py \
+	tests/train/test_golden_losses.py
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
