@@ -21,7 +21,10 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from snip.atomic import pid_alive
 from snip.errors import UserError
+
+__all__ = ["LOCK_NAME", "RunLock", "lock", "pid_alive", "released_on_error"]
 
 LOCK_NAME = ".lock"
 
@@ -68,17 +71,6 @@ class RunLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether a process with this id exists (one we may not signal counts as alive)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def lock(run_dir: Path) -> RunLock:
