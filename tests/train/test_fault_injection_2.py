@@ -35,8 +35,9 @@ def _snapshot(root: Path) -> dict[str, bytes]:
 
 
 def _one_line(capsys: pytest.CaptureFixture) -> str:
+    """The one line snip printed on stderr (progress bars of libraries aside)."""
     err = [x for x in capsys.readouterr().err.strip().splitlines()
-           if not x.startswith("snip train: warning:")]
+           if x.startswith("snip ") and not x.startswith("snip train: warning:")]
     assert len(err) == 1, err
     return err[0]
 
@@ -67,6 +68,7 @@ def test_audit_refuses_a_users_run_and_replaces_only_its_own(
     own = tmp_path / "own"
     assert main([*AUDIT, "--out", str(own)]) == 0
     assert main([*AUDIT, "--out", str(own)]) == 0  # its own earlier run: replaced
+    capsys.readouterr()
     with RunLock(own / "reference"):  # ... but never while it is in use
         assert main([*AUDIT, "--out", str(own)]) == 2
         assert "in use" in _one_line(capsys)
@@ -267,7 +269,8 @@ def test_resume_finds_the_run_wherever_it_is(run6: Path, tmp_path: Path,
     for flag in ("--run.name", "--run.dir"):
         assert main(["train", "--resume", str(moved), flag, "x", "--train.steps", "12"]) == 2
         assert f"drop {flag}" in _one_line(capsys)
-    assert main(["train", "--resume", str(moved), "--train.lr", "0.1"]) == 2
+    assert main(["train", "--resume", str(moved), "--train.lr", "0.1", "--train.steps",
+                 "12"]) == 2
     err = _one_line(capsys)
     assert "--run.name NEW --train.lr 0.1" in err and err.count("--run.name") == 1
 
@@ -291,8 +294,9 @@ def test_compare_checks_every_arm_before_training(run6: Path, tmp_path: Path,
                  "bf16,bogus"]) == 2
     assert "arm snip@0.5" in _one_line(capsys)
     plan = tmp_path / "bad.json"
-    plan.write_text(json.dumps({"version": 1, "default": "bf16",
-                                "layers": {"layers.99.attention.wq": "bf16"}}))
+    bf16 = {"fprop": "bf16", "dgrad": "bf16", "wgrad": "bf16"}
+    plan.write_text(json.dumps({"version": 1, "default": bf16,
+                                "layers": {"layers.99.attention.wq": bf16}}))
     assert main([*common, "--arm", "bf16", "--arm", f"plan:{plan}"]) == 2
     assert "layers.99" in _one_line(capsys)
     assert main([*common[:-1], "-3", "--arm", "bf16"]) == 2
@@ -360,3 +364,94 @@ def test_qlinear_refuses_integer_input_like_linear() -> None:
     with pytest.raises(RuntimeError) as quantized:
         model(x)
     assert str(quantized.value) == str(plain.value)
+
+
+# -- one line, exit 2, nothing written ------------------------------------------------------------
+
+
+def test_bad_run_names_and_tokenizers_are_one_line(tiny: dict, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture) -> None:
+    runs = Path(tiny["run.dir"])
+    runs.mkdir()
+    (runs / "dangling").symlink_to(tmp_path / "nowhere")
+    for name, message in (("n" * 300, "shorter --run.name"), ("dangling", "symlink to nothing")):
+        assert main(["train", *_argv({**tiny, "run.name": name})]) == 2
+        assert message in _one_line(capsys)
+    bad = {"bpe_only.json": b'{"type": "bpe"}',
+           "bad_body.json": b'{"type": "bpe", "tokenizer": {"model": "x"}}',
+           "random.json": bytes(range(256)) * 4}
+    for name, data in bad.items():
+        (tmp_path / name).write_bytes(data)
+        assert main(["train", *_argv(tiny), "--data.tokenizer", str(tmp_path / name)]) == 2
+        assert "tokenizer" in _one_line(capsys)
+    assert sorted(p.name for p in runs.iterdir()) == ["dangling"]  # nothing written
+
+
+def test_a_hugging_face_tokenizer_json_is_read(tmp_path: Path) -> None:
+    from snip.data.tokenizer import BPETokenizer, load_tokenizer, train_bpe
+
+    tok = train_bpe(["def main(): return 42\n" * 20], vocab_size=300)
+    tok._tok.save(str(tmp_path / "tokenizer.json"))  # the tokenizers library's own file
+    loaded = load_tokenizer(tmp_path / "tokenizer.json")
+    assert isinstance(loaded, BPETokenizer)
+    assert loaded.encode("def main()") == tok.encode("def main()")
+
+
+def test_a_read_only_file_system_is_one_line(tiny: dict, monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture) -> None:
+    real = Path.mkdir
+
+    def mkdir(self: Path, *a: object, **k: object) -> None:
+        if "runs" in self.parts:
+            raise OSError(errno.EROFS, "Read-only file system", str(self))
+        real(self, *a, **k)
+
+    monkeypatch.setattr(Path, "mkdir", mkdir)
+    assert main(["train", *_argv(tiny)]) == 2
+    assert "read-only file system" in _one_line(capsys)
+
+
+def test_eval_sample_and_report_edge_cases(run6: Path, tmp_path: Path,
+                                           capsys: pytest.CaptureFixture) -> None:
+    assert main(["eval", str(run6), "--json", str(tmp_path)]) == 2  # a directory
+    assert "is a directory" in _one_line(capsys)
+    assert main(["sample", str(run6), "--temperature", "nan"]) == 2
+    assert "--temperature" in _one_line(capsys)
+    (run6 / "plans" / "step_0.json").write_text("[]")  # not a plan: skipped
+    assert main(["report", str(run6)]) == 0
+
+
+@pytest.mark.parametrize("manifest", [{}, {"model.safetensors": "x"}])
+def test_a_malformed_manifest_is_one_line(run6: Path, manifest: dict,
+                                          capsys: pytest.CaptureFixture) -> None:
+    meta_path = run6 / "checkpoints" / "step_000006" / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta_path.write_text(json.dumps({**meta, "files": manifest}))
+    weights = meta_path.parent / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])  # truncated: only the manifest can tell
+    for cmd in ("eval", "export", "sample"):
+        argv = [cmd, str(run6), *(["--out", str(run6.parent / "x")] if cmd == "export" else [])]
+        assert main(argv) == 2
+        assert "corrupt" in _one_line(capsys)
+
+
+def test_eval_reads_the_next_checkpoint_when_a_live_run_rotates_one_away(
+        tiny: dict, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    import shutil
+
+    from snip.train import inference
+
+    train(from_sources(overrides={**tiny, "precision.preset": "bf16"}))  # checkpoints 6, 12
+    run = Path(tiny["run.dir"]) / "tiny"
+    real, calls = inference._load, []
+
+    def rotating(path: Path, *a: object) -> object:
+        calls.append(path.name)
+        if len(calls) == 1:
+            shutil.rmtree(path)  # what keep_checkpoints does under a reader
+        return real(path, *a)
+
+    monkeypatch.setattr(inference, "_load", rotating)
+    assert main(["eval", str(run)]) == 0
+    assert calls == ["step_000012", "step_000006"]
+    assert "(step 6)" in capsys.readouterr().out

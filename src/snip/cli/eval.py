@@ -32,9 +32,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from snip import atomic
     from snip.cli.train import config_overrides
+    from snip.errors import UserError
     from snip.train.inference import load
 
+    if args.json and (Path(args.json).is_dir() or not Path(args.json).parent.is_dir()):
+        raise UserError(f"--json {args.json}: " + ("is a directory; name a file" if
+                        Path(args.json).is_dir() else "its directory does not exist"))
     loaded = load(Path(args.run), config_overrides(args))
     r = loaded.evaluate()
     precision = loaded.precision
@@ -45,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"  high precision (fp32):   loss {r.loss_hp:.4f}  "
           f"ppl {math.exp(min(r.loss_hp, 50)):.3f}")
     if args.json:
-        Path(args.json).write_text(json.dumps({
+        atomic.write_text(args.json, json.dumps({
             "checkpoint": str(loaded.path), "step": loaded.step, "val_loss": r.loss,
             "val_loss_hp": r.loss_hp, "ppl": r.ppl, "eval_batches": windows,
             "data": loaded.cfg.data.path, "precision": precision}, indent=1) + "\n")

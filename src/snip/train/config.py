@@ -55,6 +55,7 @@ SEED_LIMIT = 2**32  # numpy's seeds are 32-bit
 INT_LIMIT = 2**63  # every integer option is an int64 somewhere (torch, numpy, the schedule)
 MAX_THREADS = 1024  # beyond this, starting the thread pool fails (or crashes) before any step
 RUN_KEYS = ("run.dir", "run.name")  # where a run lives: its directory, not a setting
+NAME_MAX = 255  # bytes in one path component (ext4, xfs, btrfs, tmpfs)
 
 
 def opt(default: Any, help: str, **kw: Any) -> Any:
@@ -258,6 +259,9 @@ class RunSection:
         if "/" in self.name or self.name in (".", ".."):
             raise UserError(f"run.name must be a plain name, got {self.name!r} "
                             "(use run.dir for the parent directory)")
+        if len(self.name.encode()) > NAME_MAX:
+            raise UserError(f"run.name is {len(self.name.encode())} bytes long; file systems "
+                            f"allow at most {NAME_MAX}: choose a shorter --run.name")
         # Checked before anything is created: an existing file on the path is a user error.
         for part in (Path(self.dir), *Path(self.dir).parents):
             if part.exists():
@@ -269,6 +273,10 @@ class RunSection:
                 and not (Path(self.dir) / self.name).is_dir():
             raise UserError(f"run.name: {str(Path(self.dir) / self.name)!r} is a file, not a "
                             "run directory; choose another --run.name")
+        where = Path(self.dir) / self.name
+        if self.name and where.is_symlink() and not where.exists():
+            raise UserError(f"run.name: {str(where)!r} is a symlink to nothing "
+                            f"({os.readlink(where)!r}); remove it or choose another --run.name")
 
 
 @dataclass(frozen=True, kw_only=True)
