@@ -93,7 +93,8 @@ def test_stop_on_the_last_step_finishes_and_resume_says_so(
 
 
 def test_compare_recomputes_a_missing_result_never_nan(
-        run6: Path, tmp_path: Path, ctrl_c_after, capsys: pytest.CaptureFixture) -> None:
+        run6: Path, tmp_path: Path, ctrl_c_after, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture) -> None:
     out = tmp_path / "cmp"
     argv = ["compare", "--base", str(run6), "--arm", "bf16", "--steps", "2",
             "--eval-batches", "2", "--out", str(out), "--threads", "1"]
@@ -103,7 +104,11 @@ def test_compare_recomputes_a_missing_result_never_nan(
     first = json.loads(result.read_text())
     assert first["step"] == 8
     result.unlink()  # as a kill between the final checkpoint and result.json leaves it
-    assert main(["compare", "--resume", str(out)]) == 0
+    os.rename(out, tmp_path / "moved")  # a sweep is its directory, wherever it is now
+    monkeypatch.chdir(tmp_path)
+    assert main(["compare", "--resume", "moved"]) == 0
+    out = tmp_path / "moved"
+    result = out / "runs" / "b0_o0" / "bf16" / "result.json"
     again = json.loads(result.read_text())
     # the same weights, windows and deterministic (bf16 round-to-nearest) GEMMs, evaluated
     # by the same code in the same order: bitwise equal
@@ -455,3 +460,22 @@ def test_eval_reads_the_next_checkpoint_when_a_live_run_rotates_one_away(
     assert main(["eval", str(run)]) == 0
     assert calls == ["step_000012", "step_000006"]
     assert "(step 6)" in capsys.readouterr().out
+
+
+# -- resource guards ------------------------------------------------------------------------------
+
+
+def test_a_run_that_cannot_fit_is_refused_before_it_is_built(
+        tiny: dict, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    from snip.train import memory
+
+    monkeypatch.setattr(memory, "available", lambda device: 24 * memory.GIB)  # a 24 GiB box
+    # llama2-7b: 6.5e9 parameters x 16 bytes of fp32 state alone is ~97 GiB
+    assert main(["train", *_argv({**tiny, "model.name": "llama2-7b"})]) == 2
+    err = _one_line(capsys)
+    assert "GiB" in err and "24.0 GiB is free" in err and "--train.force" in err
+    monkeypatch.setattr(memory, "available", lambda device: 1000)  # even tiny does not fit
+    assert main(["train", *_argv({**tiny, "train.steps": 1})]) == 2
+    _one_line(capsys)
+    assert not (Path(tiny["run.dir"]) / "tiny").exists()
+    assert main(["train", *_argv({**tiny, "train.steps": 1}), "--train.force", "true"]) == 0

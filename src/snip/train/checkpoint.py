@@ -192,11 +192,14 @@ def save(root: Path, step: int, *, model: nn.Module, optimizer: torch.optim.Opti
             not isinstance(e, OSError) and shutil.disk_usage(root).free < needed)
         if not full:
             raise
+        earlier = [p for p in list_checkpoints(root) if p != final]
+        after = ("earlier checkpoints are intact: free some space and continue with --resume"
+                 if earlier else "no checkpoint of this run was saved yet: free some space "
+                 "and start it again")
         raise CheckpointError(
             f"no space left on device writing checkpoint {final} "
             f"({getattr(e, 'filename', None) or tmp}; the "
-            f"checkpoint needs about {needed:,} bytes); earlier "
-            "checkpoints are intact: free some space and continue with --resume") from None
+            f"checkpoint needs about {needed:,} bytes); {after}") from None
     _replace_dir(tmp, final)
     _fsync(root)
     _cleanup(root, keep)

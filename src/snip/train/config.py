@@ -47,6 +47,7 @@ HISTORY = "history"  # the config.toml array of settings changed by --resume
 # else makes a different run: branch it with --init-from.
 RESUMABLE = ("train.steps", "train.eval_every", "train.eval_batches", "train.ckpt_every",
              "train.keep_checkpoints", "train.threads", "train.device", "train.skip_nonfinite",
+             "train.force",
              "log.every", "log.progress", "log.tensorboard", "dist.timeout", "dist.strategy",
              "dist.cpu_offload")
 FLOAT32_MAX = 3.4028234663852886e38
@@ -145,6 +146,8 @@ class TrainSection:
     device: str = opt("auto", "'auto' (cuda if available), 'cpu', 'cuda' or 'cuda:N'")
     threads: int = opt(0, "torch CPU threads (0: auto, half the cores: on a shared machine "
                           "oversubscribed threads slow small models down several times)")
+    force: bool = opt(False, "start even when the memory estimate (weights, optimizer, "
+                             "activations, emulation) exceeds the memory free on the device")
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "seq_len", "grad_accum", "eval_every",

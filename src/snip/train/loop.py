@@ -58,7 +58,7 @@ from snip.formats.scaling import RowShard
 from snip.models import ModelConfig, build_model, get_config
 from snip.nn import convert, qlinear_layers
 from snip.plan import PrecisionPlan, fp4_flop_fraction
-from snip.train import checkpoint, distributed, rundir
+from snip.train import checkpoint, distributed, memory, rundir
 from snip.train import config as C
 from snip.train import writeback as wb
 from snip.train.batches import Batch, Batches, open_data
@@ -272,6 +272,9 @@ class Trainer:
             check_compatible(ckpt, model_cfg.to_dict(), self.data.tokenizer, flag)
             _check_steps_left(ckpt, t.steps, flag)
         history = _history(cfg, saved, ckpt) if resume is not None else []
+        memory.check(model_cfg, t.batch_size // t.grad_accum // self.dist.world_size, t.seq_len,
+                     self.device, world_size=self.dist.world_size, sharded=self.fsdp,
+                     force=t.force)  # before the model is built: refuse what cannot fit
 
         torch.manual_seed(cfg.seed)  # identical init on every rank
         model = build_model(model_cfg).to(self.device)
