@@ -479,3 +479,15 @@ def test_a_run_that_cannot_fit_is_refused_before_it_is_built(
     _one_line(capsys)
     assert not (Path(tiny["run.dir"]) / "tiny").exists()
     assert main(["train", *_argv({**tiny, "train.steps": 1}), "--train.force", "true"]) == 0
+
+
+def test_a_corpus_too_large_to_tokenize_in_memory_is_refused(
+        tiny: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture) -> None:
+    import snip.runtime
+
+    monkeypatch.setenv("SNIP_CACHE_DIR", str(tmp_path / "cache"))  # not tokenized before
+    monkeypatch.setattr(snip.runtime, "mem_available", lambda: 100_000)  # < 8 x 150 kB
+    assert main(["train", *_argv(tiny)]) == 2
+    assert "pre-tokenize it into a .bin" in _one_line(capsys)
+    assert not (Path(tiny["run.dir"]) / "tiny").exists()

@@ -24,12 +24,12 @@ a laptop, ``seq_len 100000``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
 from snip.errors import UserError
 from snip.models import ModelConfig
+from snip.runtime import mem_available
 
 GIB = 2**30
 
@@ -71,13 +71,7 @@ def available(device: torch.device) -> int | None:
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
         return int(free)
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+    return mem_available()
 
 
 def check(m: ModelConfig, micro_batch: int, seq_len: int, device: torch.device, *,
