@@ -37,6 +37,7 @@ branch made with the parent's own settings.
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import signal
@@ -270,7 +271,8 @@ class Trainer:
         model_cfg = model_config(cfg, self.data)
         if ckpt is not None:
             check_compatible(ckpt, model_cfg.to_dict(), self.data.tokenizer, flag)
-            _check_steps_left(ckpt, t.steps, flag)
+            if resume is not None:  # (a Trainer branched only to inspect the state is fine)
+                _check_steps_left(ckpt.path, ckpt.step, t.steps, flag)
         history = _history(cfg, saved, ckpt) if resume is not None else []
         memory.check(model_cfg, t.batch_size // t.grad_accum // self.dist.world_size, t.seq_len,
                      self.device, world_size=self.dist.world_size, sharded=self.fsdp,
@@ -623,6 +625,13 @@ def train(cfg: C.Config, resume: str | Path | None = None, init_from: str | Path
           hooks: Sequence[Hook] = (), until: int | None = None) -> RunResult:
     """Train according to ``cfg`` (resolved, see `config.from_sources`); the final numbers.
     ``until``: stop (with a checkpoint) after that many steps of the schedule."""
+    if init_from is not None:  # a branch that would train nothing: say so, write nothing
+        path = checkpoint.find(Path(init_from), "--init-from")
+        try:
+            step = int(json.loads((path / "meta.json").read_text())["step"])
+        except (OSError, ValueError, KeyError, TypeError):
+            step = -1  # damaged: the trainer names it
+        _check_steps_left(path, step, cfg.train.steps, "--init-from")
     trainer = Trainer(cfg, resume=resume, init_from=init_from, hooks=hooks)
     try:
         return trainer.run(until)
@@ -678,22 +687,23 @@ def check_compatible(ckpt: checkpoint.Checkpoint, model: dict, tokenizer: str,
                          f"{ckpt.meta.get('tokenizer')!r}, this config uses {tokenizer!r}")
 
 
-def _check_steps_left(ckpt: checkpoint.Checkpoint, steps: int, flag: str) -> None:
-    """A resume or branch must have steps left to train: otherwise it would only print NaN."""
-    if ckpt.step < steps:
+def _check_steps_left(path: Path, step: int, steps: int, flag: str) -> None:
+    """A resume or branch of checkpoint ``path`` (at ``step``) must have steps left to train
+    to ``steps``: otherwise it would only print NaN."""
+    if step < steps:
         return
     if flag == "--resume":
-        run = C.run_dir_of(ckpt.path)
-        if ckpt.step == steps:
-            raise UserError(f"{run} is already at step {ckpt.step} (train.steps {steps}): "
-                            f"nothing to train; pass --train.steps M (M > {ckpt.step}) to "
+        run = C.run_dir_of(path)
+        if step == steps:
+            raise UserError(f"{run} is already at step {step} (train.steps {steps}): "
+                            f"nothing to train; pass --train.steps M (M > {step}) to "
                             "train it further")
-        raise UserError(f"--train.steps {steps} is below the step of checkpoint {ckpt.path} "
-                        f"({ckpt.step}); pass --train.steps M (M > {ckpt.step}), or resume an "
+        raise UserError(f"--train.steps {steps} is below the step of checkpoint {path} "
+                        f"({step}); pass --train.steps M (M > {step}), or resume an "
                         "older checkpoint of the run")
-    raise UserError(f"--init-from {ckpt.path}: the parent is at step {ckpt.step} and "
+    raise UserError(f"--init-from {path}: the parent is at step {step} and "
                     f"train.steps is {steps}, so the branch has nothing to train; train.steps "
-                    f"counts from step 0 of the parent: pass --train.steps M (M > {ckpt.step})")
+                    f"counts from step 0 of the parent: pass --train.steps M (M > {step})")
 
 
 def _history(cfg: C.Config, saved: C.Config, ckpt: checkpoint.Checkpoint) -> list[dict]:
