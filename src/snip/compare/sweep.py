@@ -20,13 +20,20 @@ Everything lives under ``out``::
     compare.json, compare.md        the statistics (JSON and a Markdown table)
     report.html                     the table and the loss curves of all arms (base 0, order 0)
 
-An arm with a ``result.json`` is never trained again; one that was interrupted (Ctrl-C saves a
-checkpoint) is resumed; a sweep killed at any moment continues where it stopped.
+Every branch's config and starting plan is checked before the first one trains, and
+``sweep.json`` is written only then. An arm with a ``result.json`` is never trained again; one
+that was interrupted (Ctrl-C saves a checkpoint) is resumed; one whose final checkpoint exists
+but whose result does not (killed between the two) is evaluated from that checkpoint -- a
+result is never NaN. A sweep killed at any moment continues where it stopped, and a sweep
+directory that was moved resumes from where it is now.
 
 Several workers may run one sweep at once (``snip compare --resume OUT`` in another process):
-each branch is claimed first (``.claim`` in its run directory holds the worker's pid, created
-atomically; a claim whose process is gone is taken over), and a worker skips branches another
-live worker holds.
+each branch is claimed first (``.claim`` in its run directory, created atomically, names the
+worker by host, boot id, PID and process start time; its mtime is a heartbeat refreshed while
+the branch trains). A claim whose worker is gone -- dead, its PID reused by another process or
+after a reboot, or, from another machine, silent for `STALE_AFTER` -- is taken over; a worker
+skips branches another live worker holds, and a sweep that ends with such rows missing returns
+`Outcome.INCOMPLETE` (``snip compare`` exits 3).
 """
 
 from __future__ import annotations
