@@ -335,6 +335,15 @@ def test_a_claim_names_its_worker(tmp_path: Path) -> None:
     finally:
         sleeper.kill()
         sleeper.wait()
+    old = (d / S.CLAIM_FILE).stat().st_mtime - 2 * S.STALE_AFTER
+    os.utime(d / S.CLAIM_FILE, (old, old))
+    S.heartbeat(d)  # this worker's own claim: refreshed
+    assert (d / S.CLAIM_FILE).stat().st_mtime > old + S.STALE_AFTER
+    S.release(d)
+    (d / S.CLAIM_FILE).write_text(json.dumps({**me, "host": "elsewhere"}))
+    assert not S.claim(d)  # another machine's worker with a recent heartbeat holds it
+    os.utime(d / S.CLAIM_FILE, (old, old))
+    assert S.claim(d)  # ... until its heartbeat is older than STALE_AFTER
 
 
 def test_a_sweep_with_rows_held_elsewhere_exits_non_zero(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 from pathlib import Path
 
 COMMAND = "eval"
@@ -37,9 +38,13 @@ def run(args: argparse.Namespace) -> int:
     from snip.errors import UserError
     from snip.train.inference import load
 
-    if args.json and (Path(args.json).is_dir() or not Path(args.json).parent.is_dir()):
-        raise UserError(f"--json {args.json}: " + ("is a directory; name a file" if
-                        Path(args.json).is_dir() else "its directory does not exist"))
+    if args.json:  # before the evaluation, not after it
+        out = Path(args.json)
+        why = ("is a directory; name a file" if out.is_dir() else
+               "its directory does not exist" if not out.parent.is_dir() else
+               "its directory is not writable" if not os.access(out.parent, os.W_OK) else "")
+        if why:
+            raise UserError(f"--json {args.json}: {why}")
     loaded = load(Path(args.run), config_overrides(args))
     r = loaded.evaluate()
     precision = loaded.precision

@@ -392,24 +392,27 @@ def claim(run_dir: Path) -> bool:
                 if alive is None:
                     return False  # being removed right now: leave it
                 if alive:
-                    return _owner_pid(path) == me["pid"]
+                    return _is_mine(path)
                 path.unlink(missing_ok=True)  # its worker is gone: take it over
         return False
     finally:
         mine.unlink(missing_ok=True)
 
 
-def _owner_pid(path: Path) -> int | None:
+def _is_mine(path: Path) -> bool:
+    """Whether the claim in ``path`` is this process's (same host, boot and PID)."""
     try:
-        return int(json.loads(path.read_text())["pid"])
+        owner = json.loads(path.read_text())
+        me = _identity()
+        return all(owner[k] == me[k] for k in ("pid", "host", "boot"))
     except (OSError, ValueError, TypeError, KeyError):
-        return None
+        return False
 
 
 def heartbeat(run_dir: Path) -> None:
     """Refresh this process's claim on a branch (its mtime is the heartbeat)."""
     path = run_dir / CLAIM_FILE
-    if _owner_pid(path) == os.getpid():
+    if _is_mine(path):
         with contextlib.suppress(OSError):
             os.utime(path)
 
@@ -417,7 +420,7 @@ def heartbeat(run_dir: Path) -> None:
 def release(run_dir: Path) -> None:
     """Drop this process's claim on a branch (no-op if it holds none)."""
     path = run_dir / CLAIM_FILE
-    if _owner_pid(path) == os.getpid():
+    if _is_mine(path):
         path.unlink(missing_ok=True)
 
 
