@@ -39,3 +39,15 @@ def tune_malloc(threshold: int = 1 << 30) -> bool:
         return False
     _done = ok
     return ok
+
+
+def mem_available() -> int | None:
+    """Bytes of memory free for a new allocation now (Linux ``MemAvailable``; None: unknown)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None

@@ -16,7 +16,7 @@ import pytest
 
 from snip.cli import main
 from snip.compare import Kind, paired, parse_arm, parse_arms, percentile_among
-from snip.compare.sweep import Sweep, run_sweep
+from snip.compare.sweep import Outcome, Sweep, run_sweep
 from snip.errors import UserError
 from snip.train import from_sources, train
 
@@ -150,11 +150,11 @@ def test_interrupted_sweep_resumes(base: Path, tmp_path: Path, ctrl_c_after) -> 
                   orders=1, reference="bf16", eval_batches=2, out=str(tmp_path / "cmp"),
                   threads=1)
     with ctrl_c_after(14):  # inside the first arm
-        assert run_sweep(sweep, echo=lambda s: None) is False
+        assert run_sweep(sweep, echo=lambda s: None) is Outcome.INTERRUPTED
     first = sweep.run_dir((0, 0), sweep.arms[0])
     assert not (first / "result.json").exists() and (first / "checkpoints").is_dir()
     lines: list[str] = []
-    assert run_sweep(sweep, echo=lines.append) is True
+    assert run_sweep(sweep, echo=lines.append) is Outcome.FINISHED
     assert len(lines) == 2 and all("val loss" in s for s in lines)
     assert json.loads((first / "result.json").read_text())["step"] == 16
 
@@ -232,7 +232,7 @@ def test_branch_claims_let_several_workers_share_a_sweep(tmp_path: Path) -> None
 
     run = tmp_path / "runs" / "b0_o0" / "bf16"
     assert claim(run) and claim(run)  # this process: claimed (and re-claimable by itself)
-    assert (run / ".claim").read_text() == str(os.getpid())
+    assert json.loads((run / ".claim").read_text())["pid"] == os.getpid()
     child = subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; "
                             "from snip.compare.sweep import claim; "
                             f"sys.exit(0 if claim(Path({str(run)!r})) else 3)"],
@@ -243,7 +243,7 @@ def test_branch_claims_let_several_workers_share_a_sweep(tmp_path: Path) -> None
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True).stdout.strip()
     (run / ".claim").write_text(dead)  # a worker that died: its claim is taken over
-    assert claim(run) and (run / ".claim").read_text() == str(os.getpid())
+    assert claim(run) and json.loads((run / ".claim").read_text())["pid"] == os.getpid()
     release(run)
 
 

@@ -54,7 +54,7 @@ def test_failed_resume_touches_nothing(tiny: dict, tmp_path: Path,
                  "--train.steps", "12"]) == 2
     assert "too few for seq_len=32" in capsys.readouterr().err
     assert _snapshot(run) == before
-    assert main(["train", "--resume", str(run), "--train.steps", "6"]) == 0  # still resumable
+    assert main(["train", "--resume", str(run), "--train.steps", "8"]) == 0  # still resumable
 
 
 def test_sigkill_while_trimming_metrics_keeps_the_history(tmp_path: Path) -> None:
@@ -140,7 +140,7 @@ def test_lock_is_released_when_setup_fails_and_when_the_run_ends(tiny: dict) -> 
     run = Path(tiny["run.dir"]) / "tiny"
     train(from_sources(overrides={**tiny, "train.steps": 2}))
     with RunLock(run), pytest.raises(UserError, match=f"PID {os.getpid()}"):
-        train(from_sources(resume=run), resume=run)
+        train(from_sources(resume=run, overrides={"train.steps": 4}), resume=run)
     with pytest.raises(UserError, match="already holds checkpoints"):
         train(from_sources(overrides=tiny))
     with RunLock(run):

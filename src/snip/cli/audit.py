@@ -108,16 +108,16 @@ def _run(cfg: dict, out: Path, *, fmt: str | None = None, policy: str = "rne",
     one trainer (`snip.train`), with the audit's own settings (AdamW betas 0.9/0.95, no decay on
     norms and embeddings, warm-up over 5 % of the steps, cosine to 10 %, embedded corpus) or a
     run's (``--run``); each is an ordinary run directory under ``out``."""
-    import shutil
-
     from snip.audit import ReferenceRecorder
     from snip.optim import eligible_parameters
     from snip.train.hooks import RecorderHook
     from snip.train.loop import Trainer
 
-    name = "reference" if fmt is None else f"measured_{fmt}"
-    if (out / name / "config.toml").is_file():  # this command's own run from an earlier call
-        shutil.rmtree(out / name)
+    name = _run_name(fmt)
+    _clear_own_run(out / name)
+    (out / name).mkdir(parents=True, exist_ok=True)
+    (out / name / MARKER).write_text("written by snip audit; a later snip audit --out may "
+                                     "replace this run directory\n")
     values = {"log.every": recorder_kw["every"], "run.dir": str(out), "run.name": name,
               "writeback.policy": "none" if fmt is None else policy,
               "writeback.mask": "", "writeback.state_format": ""}
@@ -138,6 +138,48 @@ def _run(cfg: dict, out: Path, *, fmt: str | None = None, policy: str = "rne",
     finally:
         trainer.close()
     return (recorder if fmt is None else trainer.writeback.wb), result.val_loss
+
+
+MARKER = ".snip-audit"  # in every run directory snip audit creates: its own to replace
+
+
+def _run_name(fmt: str | None) -> str:
+    return "reference" if fmt is None else f"measured_{fmt}"
+
+
+def _check_run_dirs(out: Path, names: list[str]) -> None:
+    """Before anything trains: every run directory the audit will write is free, or its own
+    from an earlier call (never someone's training run)."""
+    for name in names:
+        d = out / name
+        if not d.exists():
+            continue
+        if not d.is_dir():
+            raise UserError(f"{d} is a file; snip audit writes a run directory there: choose "
+                            "another --out")
+        if any(not p.name.startswith(".") for p in d.iterdir()) and not (d / MARKER).is_file():
+            raise UserError(f"{d} holds files snip audit did not write (a training run?); it "
+                            "is left alone: choose another --out")
+
+
+def _clear_own_run(run_dir: Path) -> None:
+    """Remove the audit's own run from an earlier call, holding the run's lock (a run that is
+    training is refused, not destroyed)."""
+    import shutil
+
+    from snip.train.rundir import RunLock
+
+    if not (run_dir / MARKER).is_file():
+        _check_run_dirs(run_dir.parent, [run_dir.name])
+        return
+    with RunLock(run_dir):
+        for p in run_dir.iterdir():
+            if p.name == ".lock":
+                continue
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)
+            else:
+                p.unlink()
 
 
 def _plot(trace, fmt: str, measured, path: Path) -> None:
@@ -222,6 +264,9 @@ def run(args: argparse.Namespace) -> int:
               "score_steps": args.score_steps, "every": args.every, "tiles": args.tiles}
     trace = ReferenceTrace.load(args.trace) if args.trace else None  # bad file: nothing written
     out = Path(args.out)
+    formats = trace.formats if trace is not None else args.formats
+    _check_run_dirs(out, [*([] if trace else [_run_name(None)]),
+                          *([] if args.no_measure else [_run_name(f) for f in formats])])
     out.mkdir(parents=True, exist_ok=True)
     cfg = (trace.meta.get("settings") if trace else None) or _settings(args)
     val: dict[str, float] = {}

@@ -15,6 +15,7 @@ difference to the reference with a 95% interval (`snip.compare`). Writes ``compa
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -53,6 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from snip.compare import Sweep, load_sweep, parse_arms, run_sweep
+    from snip.compare.sweep import Outcome
     from snip.errors import UserError
 
     if args.resume and args.summarize:
@@ -64,18 +66,24 @@ def run(args: argparse.Namespace) -> int:
                             "and --arm")
         sweep = load_sweep(Path(existing), args.threads)
     else:
-        sweep = Sweep(bases=tuple(args.base), arms=tuple(parse_arms(args.arm)), steps=args.steps,
+        # bases by absolute path: the sweep can be resumed from any working directory
+        sweep = Sweep(bases=tuple(os.path.abspath(b) for b in args.base),
+                      arms=tuple(parse_arms(args.arm)), steps=args.steps,
                       orders=args.orders, reference=args.reference or "", gap=args.gap,
                       eval_batches=args.eval_batches, candidates=args.candidates,
                       out=args.out, threads=args.threads)
-    finished = True if args.summarize else run_sweep(sweep, arm_major=args.arm_major)
+    outcome = Outcome.FINISHED if args.summarize else run_sweep(sweep, arm_major=args.arm_major)
     md, js, report = _write(sweep, args.reference or None, args.gap or None)
     print(md.read_text())
     print(f"wrote {md}, {js}" + (f" and {report}" if report else ""))
-    if not finished:
+    if outcome is Outcome.INTERRUPTED:
         print(f"snip compare: interrupted; continue with: snip compare --resume {sweep.out}",
               file=sys.stderr)
         return 130
+    if outcome is Outcome.INCOMPLETE:
+        print(f"snip compare: the table is incomplete (branches held by another worker); when "
+              f"it finishes, run: snip compare --summarize {sweep.out}", file=sys.stderr)
+        return 3
     return 0
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 from pathlib import Path
 
 COMMAND = "eval"
@@ -32,9 +33,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from snip import atomic
     from snip.cli.train import config_overrides
+    from snip.errors import UserError
     from snip.train.inference import load
 
+    if args.json:  # before the evaluation, not after it
+        out = Path(args.json)
+        why = ("is a directory; name a file" if out.is_dir() else
+               "its directory does not exist" if not out.parent.is_dir() else
+               "its directory is not writable" if not os.access(out.parent, os.W_OK) else "")
+        if why:
+            raise UserError(f"--json {args.json}: {why}")
     loaded = load(Path(args.run), config_overrides(args))
     r = loaded.evaluate()
     precision = loaded.precision
@@ -45,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"  high precision (fp32):   loss {r.loss_hp:.4f}  "
           f"ppl {math.exp(min(r.loss_hp, 50)):.3f}")
     if args.json:
-        Path(args.json).write_text(json.dumps({
+        atomic.write_text(args.json, json.dumps({
             "checkpoint": str(loaded.path), "step": loaded.step, "val_loss": r.loss,
             "val_loss_hp": r.loss_hp, "ppl": r.ppl, "eval_batches": windows,
             "data": loaded.cfg.data.path, "precision": precision}, indent=1) + "\n")

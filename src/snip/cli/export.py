@@ -10,19 +10,26 @@ weights a ``LlamaForCausalLM`` (``config.json`` + ``model.safetensors``), loadab
 a property of training, not of the exported model.  ``snip_export.json`` records where it came
 from (checkpoint, step, plan, tokenizer); a BPE tokenizer file is copied as ``tokenizer.json``
 (the byte tokenizer, ids = UTF-8 bytes, needs no file).
+
+The directory is written whole or not at all (`snip.atomic.output_dir`: a hidden temporary
+beside ``--out``, renamed into place; a temporary left by a killed export is removed by the next
+one), and ``--out`` is refused when it is, contains or lies inside a run or checkpoint.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
+from snip import atomic
 from snip.errors import UserError
 
 COMMAND = "export"
 HELP = "export a run's checkpoint as a Hugging Face Llama model directory"
 FORMATS = ("hf",)
+EXPORT_FILE = "snip_export.json"
 _DTYPES = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}
 
 
@@ -38,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def export_hf(run: str | Path, out: str | Path) -> Path:
     """Export the checkpoint ``run`` (a run or checkpoint directory) to ``out``; returns it."""
     import torch
-    from safetensors import safe_open
+    from safetensors import SafetensorError, safe_open
     from safetensors.torch import load_model
 
     from snip.data import load_tokenizer
@@ -47,6 +54,8 @@ def export_hf(run: str | Path, out: str | Path) -> Path:
     from snip.train import checkpoint
 
     path = checkpoint.find(Path(run))
+    out = Path(out)
+    check_out(out, path)
     meta = checkpoint.verify(path)
     if "model" not in meta:
         raise UserError(f"checkpoint {path} records no model shape (meta.json has no 'model')")
@@ -59,17 +68,46 @@ def export_hf(run: str | Path, out: str | Path) -> Path:
     if missing or unexpected:
         raise UserError(f"checkpoint {path} does not fit its recorded model shape (missing "
                          f"{sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]})")
-    out = save_hf_llama(model, out)
     tokenizer = meta.get("tokenizer")
-    if isinstance(tokenizer, str) and tokenizer != "byte" and Path(tokenizer).is_file():
-        spec = load_tokenizer(tokenizer).to_dict()
-        if spec.get("type") == "bpe":  # the HF tokenizers JSON inside is what HF loads
-            (out / "tokenizer.json").write_text(json.dumps(spec["tokenizer"]))
     plan = path / "plan.json"
     source = {"checkpoint": str(path), "step": meta.get("step"), "tokenizer": tokenizer,
               "plan": json.loads(plan.read_text()) if plan.is_file() else None}
-    (out / "snip_export.json").write_text(json.dumps(source, indent=2) + "\n")
+    try:
+        with atomic.output_dir(out) as tmp:  # all or nothing: renamed into place when complete
+            save_hf_llama(model, tmp)
+            if isinstance(tokenizer, str) and tokenizer != "byte" and Path(tokenizer).is_file():
+                spec = load_tokenizer(tokenizer).to_dict()
+                if spec.get("type") == "bpe":  # the HF tokenizers JSON inside is what HF loads
+                    (tmp / "tokenizer.json").write_text(json.dumps(spec["tokenizer"]))
+            (tmp / EXPORT_FILE).write_text(json.dumps(source, indent=2) + "\n")
+    except SafetensorError as e:  # safetensors reports a full disk as its own error
+        raise UserError(f"cannot write {out}: {str(e).strip().splitlines()[0][:200]}") from None
     return out
+
+
+def check_out(out: Path, source: Path) -> None:
+    """``--out`` must not be, contain or lie inside the checkpoint or its run directory (the
+    export would overwrite its own source), nor be a file or a directory of other files."""
+    run = source.parent.parent if source.parent.name == "checkpoints" else None
+    target = Path(os.path.realpath(out))
+    for protected in (source, run):
+        if protected is None:
+            continue
+        p = Path(os.path.realpath(protected))
+        if target == p or p in target.parents or target in p.parents:
+            what = "checkpoint" if protected == source else "run directory"
+            raise UserError(f"--out {out} would overwrite the {what} {protected} it exports; "
+                            "choose an --out outside it")
+    for parent in (target, *target.parents):  # inside some other run or checkpoint
+        if (parent / "meta.json").is_file() or ((parent / "checkpoints").is_dir()
+                                                 and (parent / "config.toml").is_file()):
+            raise UserError(f"--out {out} lies inside the run or checkpoint {parent}; choose "
+                            "an --out outside it")
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is a file; give a directory to write the model into")
+    if out.is_dir() and any(out.iterdir()) and not (out / EXPORT_FILE).is_file():
+        raise UserError(f"--out {out} is a directory holding other files (not an earlier "
+                        "export); choose a new or empty directory")
 
 
 def run(args: argparse.Namespace) -> int:

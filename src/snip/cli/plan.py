@@ -183,11 +183,14 @@ def warnings_for(table, budget, sol, per_gemm: bool, candidates) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     import json
 
+    from snip import atomic
     from snip.planner import DEFAULT_CANDIDATES, Budget, Damage, solution
     from snip.sensitivity import SensitivityTable
 
     if args.micro_batches < 1:
         raise UserError(f"--micro-batches={args.micro_batches} must be >= 1")
+    if args.out.is_dir():  # before the measurement, not after
+        raise UserError(f"--out {args.out} is a directory; name the plan file to write")
     if args.checkpoint is None and args.table is None:
         raise UserError("give --checkpoint (measure a sensitivity table) or --table (reuse "
                          "one measured earlier)")
@@ -219,8 +222,11 @@ def run(args: argparse.Namespace) -> int:
     sol = solution(table, budget, method=args.method, per_gemm=args.per_gemm, candidates=cands,
                    seed=args.seed, damage=damage)
     plan = sol.plan.with_meta(**source)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    plan.to_json(args.out)
+    try:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise atomic.write_error(e, args.out) from None
+    plan.to_json(args.out)  # atomic: whole or not at all
     for w in warnings_for(table, budget, sol, args.per_gemm, cands):
         print(f"snip plan: warning: {w}", file=sys.stderr)
     got = sol.achieved

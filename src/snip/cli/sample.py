@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     from snip.errors import UserError
     from snip.train.inference import load
 
-    if args.tokens < 1 or args.temperature < 0 or args.top_k < 0:
+    if args.tokens < 1 or not args.temperature >= 0 or args.top_k < 0:  # (NaN too)
         raise UserError(f"--tokens ({args.tokens}) must be >= 1, --temperature "
                         f"({args.temperature}) and --top-k ({args.top_k}) >= 0")
     loaded = load(Path(args.run), config_overrides(args))

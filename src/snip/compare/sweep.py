@@ -20,30 +20,41 @@ Everything lives under ``out``::
     compare.json, compare.md        the statistics (JSON and a Markdown table)
     report.html                     the table and the loss curves of all arms (base 0, order 0)
 
-An arm with a ``result.json`` is never trained again; one that was interrupted (Ctrl-C saves a
-checkpoint) is resumed; a sweep killed at any moment continues where it stopped.
+Every branch's config and starting plan is checked before the first one trains, and
+``sweep.json`` is written only then. An arm with a ``result.json`` is never trained again; one
+that was interrupted (Ctrl-C saves a checkpoint) is resumed; one whose final checkpoint exists
+but whose result does not (killed between the two) is evaluated from that checkpoint -- a
+result is never NaN. A sweep killed at any moment continues where it stopped, and a sweep
+directory that was moved resumes from where it is now.
 
 Several workers may run one sweep at once (``snip compare --resume OUT`` in another process):
-each branch is claimed first (``.claim`` in its run directory holds the worker's pid, created
-atomically; a claim whose process is gone is taken over), and a worker skips branches another
-live worker holds.
+each branch is claimed first (``.claim`` in its run directory, created atomically, names the
+worker by host, boot id, PID and process start time; its mtime is a heartbeat refreshed while
+the branch trains). A claim whose worker is gone -- dead, its PID reused by another process or
+after a reboot, or, from another machine, silent for `STALE_AFTER` -- is taken over; a worker
+skips branches another live worker holds, and a sweep that ends with such rows missing returns
+`Outcome.INCOMPLETE` (``snip compare`` exits 3).
 """
 
 from __future__ import annotations
 
+import contextlib
+import enum
 import json
 import math
 import os
+import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from snip import atomic
+from snip.atomic import pid_alive
 from snip.compare.arms import Arm, Kind
 from snip.compare.stats import Paired, gap_closed, paired, percentile_among
 from snip.errors import UserError
-from snip.train.rundir import pid_alive
 
 SWEEP_FILE, RESULT_FILE, CLAIM_FILE = "sweep.json", "result.json", ".claim"
 METRICS = ("val_loss_hp", "val_loss")  # high precision first: the primary comparison
@@ -71,6 +82,11 @@ class Sweep:
                             f"--eval-batches ({self.eval_batches}) must be >= 1")
         if not self.bases:
             raise UserError("give at least one --base checkpoint")
+        from snip.train.config import MAX_THREADS
+
+        if not 0 <= self.threads <= MAX_THREADS:
+            raise UserError(f"--threads must be in [0, {MAX_THREADS}] (0: the trainer's "
+                            f"default), got {self.threads}")
         for name, label in (("--reference", self.reference), ("--gap", self.gap)):
             if label and label not in labels:
                 raise UserError(f"{name} {label!r} is not one of the arms: {', '.join(labels)}")
@@ -98,10 +114,28 @@ class Sweep:
 
 
 def load_sweep(out: Path, threads: int = 0) -> Sweep:
+    """The sweep saved in ``out`` (wherever that directory is now)."""
     path = out / SWEEP_FILE
     if not path.is_file():
         raise UserError(f"--resume: {out} holds no comparison ({SWEEP_FILE} is missing)")
-    return Sweep.from_dict(json.loads(path.read_text()), str(out), threads)
+    d = _read_definition(path)
+    try:
+        return Sweep.from_dict(d, str(out), threads)
+    except (KeyError, TypeError, ValueError) as e:
+        if isinstance(e, UserError):
+            raise
+        raise UserError(f"{path} is damaged ({type(e).__name__}: {e})") from None
+
+
+def _read_definition(path: Path) -> dict[str, Any]:
+    try:
+        d = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise UserError(f"{path} is damaged ({type(e).__name__}); restore it or start the "
+                        "comparison in another --out") from None
+    if not isinstance(d, dict) or not isinstance(d.get("arms"), list):
+        raise UserError(f"{path} is damaged (not a comparison definition)")
+    return d
 
 
 # ---------------------------------------------------------------------------------------------
@@ -190,20 +224,36 @@ def schedule(sweep: Sweep, arm_major: bool = False) -> list[tuple[tuple[int, int
     return [(u, a) for a in arms for u in sweep.units]
 
 
-def run_sweep(sweep: Sweep, echo: Callable[[str], None] = print, arm_major: bool = False) -> bool:
-    """Train every missing (unit, arm) in :func:`schedule` order; True when all finished,
-    False when interrupted."""
+class Outcome(enum.Enum):
+    """How `run_sweep` ended."""
+
+    FINISHED = "finished"  # every branch has its result
+    INTERRUPTED = "interrupted"  # Ctrl-C/SIGTERM: the current branch saved a checkpoint
+    INCOMPLETE = "incomplete"  # some branches are still held by other workers
+
+    def __bool__(self) -> bool:  # True only when every row of the table exists
+        return self is Outcome.FINISHED
+
+
+def run_sweep(sweep: Sweep, echo: Callable[[str], None] = print,
+              arm_major: bool = False) -> Outcome:
+    """Train every missing (unit, arm) in :func:`schedule` order. Every branch is checked
+    (its config, its plan against the model) before the first one trains, and the definition
+    is saved only then; returns how the sweep ended (truthy when every branch finished)."""
     infos = check_bases(sweep.bases)
+    check_branches(sweep, infos)
     _write_definition(sweep)
     progress = Progress(total=len(sweep.units) * len(sweep.arms), echo=echo)
+    held: list[str] = []
     for unit, arm in schedule(sweep, arm_major):
         run_dir = sweep.run_dir(unit, arm)
         name = f"b{unit[0]} o{unit[1]} {arm.label}"
-        if (run_dir / RESULT_FILE).is_file():
+        if _finished(run_dir):
             progress.tick(f"{name}: done earlier", None)
             continue
         if not claim(run_dir):
             progress.tick(f"{name}: another worker has it", None)
+            held.append(name)
             continue
         t0 = time.perf_counter()
         try:
@@ -211,62 +261,185 @@ def run_sweep(sweep: Sweep, echo: Callable[[str], None] = print, arm_major: bool
         finally:
             release(run_dir)
         if result is None:
-            return False
+            return Outcome.INTERRUPTED
         progress.tick(f"{name}: val loss {result['val_loss']:.4f} (high precision "
                       f"{result['val_loss_hp']:.4f})", time.perf_counter() - t0)
-    return True
+    missing = [f"b{u[0]} o{u[1]} {a.label}" for u, a in schedule(sweep, arm_major)
+               if not _finished(sweep.run_dir(u, a))]
+    if missing:
+        echo(f"{len(missing)} branch(es) not finished yet (held by another worker): "
+             f"{', '.join(missing[:4])}{', ...' if len(missing) > 4 else ''}")
+        return Outcome.INCOMPLETE
+    return Outcome.FINISHED
+
+
+def _finished(run_dir: Path) -> bool:
+    """Whether the branch in ``run_dir`` has a readable result with finite losses."""
+    try:
+        record = read_result(run_dir / RESULT_FILE)
+    except UserError:
+        return False
+    return record is not None
+
+
+def read_result(path: Path) -> dict[str, Any] | None:
+    """A branch's result.json (None when there is none); a damaged one is a `UserError`."""
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text())
+        if not isinstance(record, dict):
+            raise TypeError("not an object")
+        for key in (*METRICS, "fp4_flop_fraction"):
+            record[key]  # noqa: B018 (present)
+        if not all(math.isfinite(record[m]) for m in METRICS):
+            raise ValueError("a loss is not finite")
+    except (OSError, ValueError, TypeError, KeyError) as e:
+        raise UserError(f"{path} is damaged ({type(e).__name__}: {e}); delete it and run "
+                        f"snip compare --resume {path.parent.parent.parent.parent} to "
+                        "recompute it") from None
+    return record
+
+
+def check_branches(sweep: Sweep, infos: Sequence[BaseInfo]) -> None:
+    """Every branch's config builds (candidates, presets, plan files) and its starting plan
+    fits the base model: a `UserError` now, before any arm trains or anything is written."""
+    import torch
+
+    from snip.models import ModelConfig, build_model
+    from snip.train import from_sources
+    from snip.train.precision import initial_plan
+
+    models: dict[int, Any] = {}
+    for unit in sweep.units:
+        base = infos[unit[0]]
+        for arm in sweep.arms:
+            try:
+                cfg = from_sources(overrides=arm_overrides(sweep, base, unit, arm),
+                                   init_from=base.path)
+            except UserError as e:
+                raise UserError(f"arm {arm.label}: {e}") from None
+            if id(base) not in models and base.model:
+                with torch.device("meta"):  # shapes only, no memory
+                    models[id(base)] = build_model(ModelConfig(**base.model))
+            if id(base) in models:
+                try:
+                    initial_plan(cfg.precision).resolve(models[id(base)])
+                except UserError as e:
+                    raise UserError(f"arm {arm.label}: {e}") from None
+
+
+HEARTBEAT = 30.0  # seconds between refreshes of a live claim
+STALE_AFTER = 1800.0  # a claim from another machine not refreshed for this long is abandoned
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _start_time(pid: int) -> str:
+    """The start time of process ``pid`` (clock ticks since boot; "" where unknown)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
+def _identity() -> dict[str, Any]:
+    return {"pid": os.getpid(), "host": socket.gethostname(), "boot": _boot_id(),
+            "start": _start_time(os.getpid())}
+
+
+def _claim_alive(path: Path) -> bool | None:
+    """Whether the claim in ``path`` belongs to a live worker (None: unreadable right now).
+
+    A claim names its worker by host, boot, PID and process start time, so a PID reused after
+    a reboot or by another process is not mistaken for the worker; one from another machine
+    counts as alive while its heartbeat (the file's mtime) is recent."""
+    try:
+        text, mtime = path.read_text(), path.stat().st_mtime
+    except OSError:
+        return None
+    try:
+        owner = json.loads(text)
+        pid = int(owner["pid"])
+    except (ValueError, TypeError, KeyError):
+        return False  # not a claim this version writes: nobody refreshes it
+    me = _identity()
+    if owner.get("host") != me["host"]:
+        return time.time() - mtime < STALE_AFTER
+    if owner.get("boot") != me["boot"] or not pid_alive(pid):
+        return False
+    return pid == me["pid"] or owner.get("start") == _start_time(pid)
 
 
 def claim(run_dir: Path) -> bool:
-    """Claim a branch for this process; False when another live process holds it."""
+    """Claim a branch for this process; False when another live worker holds it."""
     run_dir.mkdir(parents=True, exist_ok=True)
     path, mine = run_dir / CLAIM_FILE, run_dir / f"{CLAIM_FILE}.{os.getpid()}"
-    mine.write_text(str(os.getpid()))
+    me = _identity()
+    mine.write_text(json.dumps(me))
     try:
         for _ in range(2):
             try:
                 os.link(mine, path)  # atomic: fails if a claim exists
                 return True
             except FileExistsError:
-                try:
-                    pid = int(path.read_text())
-                except (OSError, ValueError):
-                    return False  # being written or removed right now: leave it
-                if pid == os.getpid():
-                    return True
-                if pid_alive(pid):
-                    return False
+                alive = _claim_alive(path)
+                if alive is None:
+                    return False  # being removed right now: leave it
+                if alive:
+                    return _is_mine(path)
                 path.unlink(missing_ok=True)  # its worker is gone: take it over
         return False
     finally:
         mine.unlink(missing_ok=True)
 
 
+def _is_mine(path: Path) -> bool:
+    """Whether the claim in ``path`` is this process's (same host, boot and PID)."""
+    try:
+        owner = json.loads(path.read_text())
+        me = _identity()
+        return all(owner[k] == me[k] for k in ("pid", "host", "boot"))
+    except (OSError, ValueError, TypeError, KeyError):
+        return False
+
+
+def heartbeat(run_dir: Path) -> None:
+    """Refresh this process's claim on a branch (its mtime is the heartbeat)."""
+    path = run_dir / CLAIM_FILE
+    if _is_mine(path):
+        with contextlib.suppress(OSError):
+            os.utime(path)
+
+
 def release(run_dir: Path) -> None:
     """Drop this process's claim on a branch (no-op if it holds none)."""
     path = run_dir / CLAIM_FILE
-    try:
-        if int(path.read_text()) == os.getpid():
-            path.unlink()
-    except (OSError, ValueError):
-        pass
+    if _is_mine(path):
+        path.unlink(missing_ok=True)
 
 
 def _write_definition(sweep: Sweep) -> None:
     out = Path(sweep.out)
     path, text = out / SWEEP_FILE, json.dumps(sweep.to_dict(), indent=1) + "\n"
     if path.is_file():
-        old = json.loads(path.read_text())
+        old = _read_definition(path)
         if old == sweep.to_dict():
             return
         if not extends(old, sweep.to_dict()):
             raise UserError(f"{out} holds another comparison (its {SWEEP_FILE} differs); "
                             f"continue it with snip compare --resume {out}, add arms by "
                             "repeating its definition with more --arm, or choose another --out")
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise atomic.write_error(e, out) from None
+    atomic.write_text(path, text)
 
 
 def extends(old: dict[str, Any], new: dict[str, Any]) -> bool:
@@ -277,28 +450,102 @@ def extends(old: dict[str, Any], new: dict[str, Any]) -> bool:
     return same and len(new["arms"]) > n and new["arms"][:n] == old["arms"]
 
 
+class _Heartbeat:
+    """A trainer hook that keeps this worker's claim on its branch fresh."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir, self.last = run_dir, time.monotonic()
+
+    def _beat(self) -> None:
+        if time.monotonic() - self.last > HEARTBEAT:
+            heartbeat(self.run_dir)
+            self.last = time.monotonic()
+
+    def after_step(self, trainer: Any, result: Any) -> None:
+        self._beat()
+
+    def on_eval(self, trainer: Any, result: Any) -> None:
+        self._beat()
+
+
 def _train_arm(sweep: Sweep, base: BaseInfo, unit: tuple[int, int],
                arm: Arm) -> dict[str, Any] | None:
-    """Train (or resume) one branch; its result, or None if it was interrupted."""
-    from snip.train import checkpoint, from_sources, train
+    """Train (or resume) one branch; its result, or None if it was interrupted.
+
+    A branch whose final checkpoint exists but whose result is missing (killed between the
+    two) is evaluated from that checkpoint, not trained again: a result is never NaN."""
+    from snip.train import checkpoint, from_sources
+    from snip.train.loop import Hook, Trainer
+
+    class Beat(_Heartbeat, Hook):
+        pass
 
     run_dir = sweep.run_dir(unit, arm)
     overrides = arm_overrides(sweep, base, unit, arm)
-    if checkpoint.list_checkpoints(run_dir / "checkpoints"):
-        keep = {"train.threads": overrides["train.threads"]} if sweep.threads else {}
-        result = train(from_sources(overrides=keep, resume=run_dir), resume=run_dir)
+    target = overrides["train.steps"]
+    found = checkpoint.list_checkpoints(run_dir / "checkpoints")
+    if found and int(found[-1].name[len(checkpoint.PREFIX):]) >= target:
+        return _evaluate_arm(sweep, base, unit, arm, found[-1])
+    keep = {"train.threads": overrides["train.threads"]} if sweep.threads else {}
+    if found:
+        trainer = Trainer(from_sources(overrides=keep, resume=run_dir), resume=run_dir,
+                          hooks=[Beat(run_dir)])
     else:
-        cfg = from_sources(overrides=overrides, init_from=base.path)
-        result = train(cfg, init_from=base.path)
+        _clear_unstarted(run_dir)
+        trainer = Trainer(from_sources(overrides=overrides, init_from=base.path),
+                          init_from=base.path, hooks=[Beat(run_dir)])
+    try:
+        result = trainer.run()
+    finally:
+        trainer.close()
     if result.interrupted:
         return None
+    if not result.evals or result.step < target:  # (cannot happen: the loop evaluates last)
+        return _evaluate_arm(sweep, base, unit, arm, checkpoint.find(run_dir))
+    return _record(run_dir, sweep, base, unit, arm, result.step, result.val_loss,
+                   result.val_loss_hp, result.seconds)
+
+
+def _clear_unstarted(run_dir: Path) -> None:
+    """A branch killed before its first checkpoint left a config and a log, no state: this
+    sweep's own files, cleared so the branch starts again (hidden claim and lock stay)."""
+    import shutil
+
+    for p in run_dir.iterdir():
+        if p.name.startswith("."):
+            continue
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        else:
+            p.unlink()
+
+
+def _evaluate_arm(sweep: Sweep, base: BaseInfo, unit: tuple[int, int], arm: Arm,
+                  ckpt: Path) -> dict[str, Any]:
+    """The result of a finished branch from its final checkpoint (evaluation only)."""
+    import torch
+
+    from snip.train.inference import load
+
+    if sweep.threads:
+        torch.set_num_threads(sweep.threads)
+    t0 = time.perf_counter()
+    loaded = load(ckpt, flag="--resume")
+    r = loaded.evaluate()
+    return _record(sweep.run_dir(unit, arm), sweep, base, unit, arm, loaded.step, r.loss,
+                   r.loss_hp, time.perf_counter() - t0)
+
+
+def _record(run_dir: Path, sweep: Sweep, base: BaseInfo, unit: tuple[int, int], arm: Arm,
+            step: int, val_loss: float, val_loss_hp: float, seconds: float) -> dict[str, Any]:
+    if not (math.isfinite(val_loss) and math.isfinite(val_loss_hp)):
+        raise UserError(f"branch {run_dir} ended with a non-finite validation loss "
+                        f"({val_loss}, high precision {val_loss_hp}); no result is recorded")
     record = {"unit": list(unit), "arm": arm.label, "base": str(base.path),
-              "base_step": base.step, "step": result.step, "val_loss": result.val_loss,
-              "val_loss_hp": result.val_loss_hp, "fp4_flop_fraction": _fp4_fraction(run_dir),
-              "seconds": result.seconds}
-    tmp = run_dir / (RESULT_FILE + ".tmp")
-    tmp.write_text(json.dumps(record, indent=1) + "\n")
-    tmp.replace(run_dir / RESULT_FILE)
+              "base_step": base.step, "step": step, "val_loss": val_loss,
+              "val_loss_hp": val_loss_hp, "fp4_flop_fraction": _fp4_fraction(run_dir),
+              "seconds": seconds}
+    atomic.write_text(run_dir / RESULT_FILE, json.dumps(record, indent=1) + "\n")
     return record
 
 
@@ -354,8 +601,9 @@ def summarize(sweep: Sweep, reference: str | None = None, gap: str | None = None
     for arm in sweep.arms:
         for unit in sweep.units:
             path = sweep.run_dir(unit, arm) / RESULT_FILE
-            if path.is_file():
-                results.setdefault(arm.label, {})[unit] = json.loads(path.read_text())
+            record = read_result(path)
+            if record is not None:
+                results.setdefault(arm.label, {})[unit] = record
     families = _families(sweep.arms)
     s = Summary(sweep=sweep, reference=reference, results=results)
     for metric in METRICS:

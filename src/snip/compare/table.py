@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from snip import atomic
 from snip.compare.sweep import METRICS, Summary
 
 _TITLES = {"val_loss_hp": "validation loss, high precision (the weights)",
@@ -86,7 +87,5 @@ def write_summary(summary: Summary) -> tuple[Path, Path]:
     paths = (out / "compare.json", out / "compare.md")
     texts = (json.dumps(_finite(summary.to_dict()), indent=1) + "\n", markdown(summary))
     for path, text in zip(paths, texts, strict=True):
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(text)
-        tmp.replace(path)
+        atomic.write_text(path, text)
     return paths

@@ -177,10 +177,31 @@ def tokenize_documents(docs: Sequence[Document], tokenizer: Tokenizer) -> np.nda
     eot = np.array([tokenizer.eot_id], dtype=dtype)
     # encode_array, where a tokenizer has it, skips a Python int per token (12M for bytes).
     encode = getattr(tokenizer, "encode_array", None) or tokenizer.encode
+    _check_fits(docs)
     parts = []
     for d in docs:
         parts += [np.asarray(encode(read_text(d.path)), dtype=dtype), eot]
     return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+
+
+# Tokenizing in memory holds a document's text (up to 4 bytes per character in a Python str),
+# its tokens and the stream so far: about this many bytes per byte of text, at most.
+TOKENIZE_BYTES_PER_BYTE = 8
+
+
+def _check_fits(docs: Sequence[Document]) -> None:
+    """Refuse a text corpus too large to tokenize in the memory free now (one line, before
+    reading it), instead of growing until the kernel kills the process."""
+    from snip.runtime import mem_available
+
+    size = sum(d.path.stat().st_size for d in docs if d.path.is_file())
+    free = mem_available()
+    if free is not None and size * TOKENIZE_BYTES_PER_BYTE > free:
+        raise UserError(
+            f"the text corpus is {size / 2**30:.1f} GiB; tokenizing it in memory needs about "
+            f"{size * TOKENIZE_BYTES_PER_BYTE / 2**30:.1f} GiB but {free / 2**30:.1f} GiB is "
+            "free: pre-tokenize it into a .bin token file (read memory-mapped) or use a part "
+            "of it")
 
 
 def default_cache_dir() -> Path:

@@ -137,11 +137,24 @@ def tokenizer_from_dict(d: dict[str, Any]) -> Tokenizer:
     kind = d.get("type")
     if kind == "byte":
         return ByteTokenizer()
-    if kind == "bpe":
+    if kind == "bpe" or (kind is None and isinstance(d.get("model"), dict)):
         from tokenizers import Tokenizer as HFTokenizer
 
-        return BPETokenizer(HFTokenizer.from_str(json.dumps(d["tokenizer"])))
-    raise UserError(f"unknown tokenizer type {kind!r}; expected 'byte' or 'bpe'")
+        # {"type": "bpe", "tokenizer": {...}} as `save` writes it, or a Hugging Face
+        # tokenizers file (tokenizer.json: {"version", "model": {...}, ...}) itself
+        body = d.get("tokenizer") if kind == "bpe" else d
+        what = "a snip BPE tokenizer" if kind == "bpe" else "a Hugging Face tokenizer.json"
+        if not isinstance(body, dict):
+            raise UserError(f"{what} needs a 'tokenizer' object (the Hugging Face tokenizers "
+                            "JSON); this one has none")
+        try:
+            backend = HFTokenizer.from_str(json.dumps(body))
+        except Exception as e:  # tokenizers raises a bare Exception for a malformed body
+            first = str(e).strip().splitlines()[0][:120] if str(e).strip() else ""
+            raise UserError(f"{what} that the tokenizers library cannot read ({first})") from None
+        return BPETokenizer(backend)
+    raise UserError(f"unknown tokenizer type {kind!r}; expected 'byte' or 'bpe' (a snip "
+                    "tokenizer saved with .save()) or a Hugging Face tokenizer.json")
 
 
 def load_tokenizer(spec: str | Path | dict[str, Any] | Tokenizer = "byte") -> Tokenizer:
@@ -160,8 +173,9 @@ def load_tokenizer(spec: str | Path | dict[str, Any] | Tokenizer = "byte") -> To
         )
     try:
         d = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
-        raise UserError(f"cannot read tokenizer JSON {path}: {e}") from e
+    except (OSError, ValueError) as e:  # (ValueError: also bytes that are not UTF-8)
+        raise UserError(f"cannot read tokenizer JSON {path}: {type(e).__name__}: "
+                        f"{str(e)[:120]}") from None
     if not isinstance(d, dict):
         raise UserError(f"tokenizer file {path} must hold a JSON object, not {type(d).__name__}")
     return tokenizer_from_dict(d)

@@ -106,7 +106,8 @@ class QLinear(nn.Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         weight = self.linear_weight()
-        if not self.enabled:
+        if not self.enabled or not x.is_floating_point():
+            # an integer (or bool) input raises exactly the dtype error nn.Linear gives
             return F.linear(x, weight, self.bias)
         cfg = GemmConfig(specs=self.specs, seed=self.seed, step=self.step, save=self.save,
                          accum=self.accum, out_dtype=autocast_dtype(x),

@@ -47,6 +47,7 @@ from typing import Any, NamedTuple
 
 from torch import nn
 
+from snip import atomic
 from snip.errors import MissingFileError, UserError
 from snip.formats import PRESETS, QuantSpec, get_spec
 from snip.nn import qlinear_layers
@@ -221,7 +222,7 @@ class PrecisionPlan:
         """The plan as JSON text (key order kept); also written to ``path`` when given."""
         text = json.dumps(self.to_dict(), indent=2)
         if path is not None:
-            Path(path).write_text(text + "\n")
+            atomic.write_text(path, text + "\n")  # whole or not at all; one-line errors
         return text
 
     def with_meta(self, **meta: Any) -> PrecisionPlan:

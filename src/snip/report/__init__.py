@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from snip import atomic
 from snip.errors import UserError
 from snip.report.compare import config_diff, group_repeats, pick_baseline
 from snip.report.html import Section, page, sections, summary
@@ -45,13 +46,15 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path | None = None, 
     labels = {r.name: precision_label(r) for r in runs}
     base = pick_baseline(runs, baseline, labels)
     groups = group_repeats(runs)
-    plots = all_plots(runs, out, groups=[g.runs for g in groups], labels=labels)
+    try:
+        plots = all_plots(runs, out, groups=[g.runs for g in groups], labels=labels)
+    except OSError as e:  # a full disk or read-only --out: one line
+        raise atomic.write_error(e, out) from None
     parts = sections(runs, plots, baseline=base, groups=groups)
     parts[0:0] = list(extra_sections)
     path = out / "report.html"
-    tmp = path.with_suffix(".html.tmp")
-    tmp.write_text(page(runs, parts))
-    tmp.replace(path)
+    (path.parent / "report.html.tmp").unlink(missing_ok=True)  # left by older versions
+    atomic.write_text(path, page(runs, parts))
     return path
 
 

@@ -102,9 +102,14 @@ def _read_plans(path: Path) -> list[tuple[int, dict[str, Any]]]:
     plans = []
     for f in (path / "plans").glob("step_*.json"):
         try:
-            plans.append((int(f.stem.split("_", 1)[1]), json.loads(f.read_text())))
-        except (ValueError, json.JSONDecodeError):
+            plan = json.loads(f.read_text())
+            step = int(f.stem.split("_", 1)[1])
+        except (OSError, ValueError):
             continue
+        layers = plan.get("layers", {}) if isinstance(plan, dict) else None
+        if isinstance(layers, dict) and isinstance(plan.get("default", {}), dict) and all(
+                isinstance(v, dict) for v in layers.values()):  # else not a plan snip wrote
+            plans.append((step, plan))
     return sorted(plans, key=lambda p: p[0])
 
 

@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from snip import atomic
 from snip.errors import MissingFileError, UserError
 from snip.nn.specs import GEMM_NAMES, Gemm
 
@@ -186,9 +187,12 @@ class SensitivityTable:
 
     def to_json(self, path: str | Path | None = None) -> str:
         text = json.dumps(self.to_dict(), indent=1)
-        if path is not None:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-            Path(path).write_text(text + "\n")
+        if path is not None:  # atomically: a full disk never leaves a 0-byte table
+            try:
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise atomic.write_error(e, Path(path)) from None
+            atomic.write_text(path, text + "\n")
         return text
 
     @classmethod

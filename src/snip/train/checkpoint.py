@@ -78,6 +78,10 @@ class CheckpointError(UserError):
     """A checkpoint that cannot be used (user-facing: exit code 2 from the CLI)."""
 
 
+class CheckpointRemoved(CheckpointError):
+    """The checkpoint disappeared while being read: a live run rotated it (not corrupt)."""
+
+
 @dataclass
 class Checkpoint:
     path: Path
@@ -188,11 +192,14 @@ def save(root: Path, step: int, *, model: nn.Module, optimizer: torch.optim.Opti
             not isinstance(e, OSError) and shutil.disk_usage(root).free < needed)
         if not full:
             raise
+        earlier = [p for p in list_checkpoints(root) if p != final]
+        after = ("earlier checkpoints are intact: free some space and continue with --resume"
+                 if earlier else "no checkpoint of this run was saved yet: free some space "
+                 "and start it again")
         raise CheckpointError(
             f"no space left on device writing checkpoint {final} "
             f"({getattr(e, 'filename', None) or tmp}; the "
-            f"checkpoint needs about {needed:,} bytes); earlier "
-            "checkpoints are intact: free some space and continue with --resume") from None
+            f"checkpoint needs about {needed:,} bytes); {after}") from None
     _replace_dir(tmp, final)
     _fsync(root)
     _cleanup(root, keep)
@@ -373,12 +380,27 @@ def _check(path: Path) -> dict[str, Any]:
     try:
         meta = json.loads((path / "meta.json").read_text())
         manifest = meta["files"]
+        if not isinstance(manifest, dict) or "model.safetensors" not in manifest or not all(
+                isinstance(e, dict) and isinstance(e.get("size"), int)
+                and isinstance(e.get("sha256"), str) for e in manifest.values()):
+            raise ValueError("malformed manifest")
     except (OSError, ValueError, KeyError, TypeError) as e:
+        if not path.is_dir():
+            raise CheckpointRemoved(f"checkpoint {path} was removed while it was read (a "
+                                    "running training rotated it)") from None
         raise CheckpointError(f"checkpoint {path} is incomplete or corrupt (meta.json: "
-                              f"{type(e).__name__})") from None
+                              f"{type(e).__name__}{': ' + str(e) if str(e) else ''})") from None
     for name, entry in manifest.items():
         f = path / name
-        if not f.is_file() or f.stat().st_size != entry["size"] or _sha256(f) != entry["sha256"]:
+        try:
+            good = f.is_file() and f.stat().st_size == entry["size"] \
+                and _sha256(f) == entry["sha256"]
+        except OSError:
+            good = False
+        if not good:
+            if not path.is_dir():
+                raise CheckpointRemoved(f"checkpoint {path} was removed while it was read (a "
+                                        "running training rotated it)")
             raise CheckpointError(f"checkpoint {path} is corrupt or truncated ({name} does not "
                                   "match its manifest)")
     return meta
@@ -388,6 +410,8 @@ def verify(path: Path) -> dict[str, Any]:
     """Like `_check`, and a failure names the newest older checkpoint that is still good."""
     try:
         return _check(path)
+    except CheckpointRemoved:
+        raise
     except CheckpointError as e:
         raise CheckpointError(f"{e}{_previous_hint(path)}") from None
 
@@ -474,5 +498,8 @@ def load(path: Path) -> Checkpoint:
             rng=torch.load(path / "rng.pt", weights_only=False), controller=controller,
             writeback=writeback, config_toml=(path / "config.toml").read_text())
     except (OSError, RuntimeError, ValueError, SafetensorError) as e:
+        if not path.is_dir():
+            raise CheckpointRemoved(f"checkpoint {path} was removed while it was read (a "
+                                    "running training rotated it)") from None
         raise CheckpointError(f"checkpoint {path} cannot be read ({e})"
                               f"{_previous_hint(path)}") from None

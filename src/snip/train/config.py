@@ -25,6 +25,7 @@ import contextlib
 import dataclasses
 import difflib
 import math
+import os
 import re
 import time
 import tomllib
@@ -46,11 +47,16 @@ HISTORY = "history"  # the config.toml array of settings changed by --resume
 # else makes a different run: branch it with --init-from.
 RESUMABLE = ("train.steps", "train.eval_every", "train.eval_batches", "train.ckpt_every",
              "train.keep_checkpoints", "train.threads", "train.device", "train.skip_nonfinite",
+             "train.force",
              "log.every", "log.progress", "log.tensorboard", "dist.timeout", "dist.strategy",
              "dist.cpu_offload")
 FLOAT32_MAX = 3.4028234663852886e38
 DEVICE_PATTERN = r"auto|cpu|mps|cuda(:\d+)?"
 SEED_LIMIT = 2**32  # numpy's seeds are 32-bit
+INT_LIMIT = 2**63  # every integer option is an int64 somewhere (torch, numpy, the schedule)
+MAX_THREADS = 1024  # beyond this, starting the thread pool fails (or crashes) before any step
+RUN_KEYS = ("run.dir", "run.name")  # where a run lives: its directory, not a setting
+NAME_MAX = 255  # bytes in one path component (ext4, xfs, btrfs, tmpfs)
 
 
 def opt(default: Any, help: str, **kw: Any) -> Any:
@@ -140,6 +146,8 @@ class TrainSection:
     device: str = opt("auto", "'auto' (cuda if available), 'cpu', 'cuda' or 'cuda:N'")
     threads: int = opt(0, "torch CPU threads (0: auto, half the cores: on a shared machine "
                           "oversubscribed threads slow small models down several times)")
+    force: bool = opt(False, "start even when the memory estimate (weights, optimizer, "
+                             "activations, emulation) exceeds the memory free on the device")
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "seq_len", "grad_accum", "eval_every",
@@ -148,6 +156,9 @@ class TrainSection:
         for name in ("warmup_steps", "weight_decay", "grad_clip", "threads", "min_lr_ratio",
                      "max_skips"):
             _non_negative(f"train.{name}", getattr(self, name))
+        if self.threads > MAX_THREADS:
+            raise UserError(f"train.threads must be <= {MAX_THREADS}, got {self.threads} (0: "
+                            "half the cores)")
         _choice("train.schedule", self.schedule, tuple(s.value for s in Shape))
         if self.min_lr_ratio > 1:
             raise UserError(f"train.min_lr_ratio must be <= 1, got {self.min_lr_ratio}")
@@ -251,6 +262,9 @@ class RunSection:
         if "/" in self.name or self.name in (".", ".."):
             raise UserError(f"run.name must be a plain name, got {self.name!r} "
                             "(use run.dir for the parent directory)")
+        if len(self.name.encode()) > NAME_MAX:
+            raise UserError(f"run.name is {len(self.name.encode())} bytes long; file systems "
+                            f"allow at most {NAME_MAX}: choose a shorter --run.name")
         # Checked before anything is created: an existing file on the path is a user error.
         for part in (Path(self.dir), *Path(self.dir).parents):
             if part.exists():
@@ -262,6 +276,10 @@ class RunSection:
                 and not (Path(self.dir) / self.name).is_dir():
             raise UserError(f"run.name: {str(Path(self.dir) / self.name)!r} is a file, not a "
                             "run directory; choose another --run.name")
+        where = Path(self.dir) / self.name
+        if self.name and where.is_symlink() and not where.exists():
+            raise UserError(f"run.name: {str(where)!r} is a symlink to nothing "
+                            f"({os.readlink(where)!r}); remove it or choose another --run.name")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -418,13 +436,15 @@ def coerce(key: str, value: Any, tp: type) -> Any:
         if isinstance(value, str) and value.lower() in ("false", "0", "no", "off"):
             return False
     elif tp is int and not isinstance(value, bool):
-        if isinstance(value, int):
-            return value
+        number = value if isinstance(value, int) else None
         if isinstance(value, str):
-            try:
-                return int(value)
-            except ValueError:
-                pass
+            with contextlib.suppress(ValueError):
+                number = int(value)
+        if number is not None:
+            if not -INT_LIMIT <= number < INT_LIMIT:
+                raise UserError(f"{key} must fit in a 64-bit integer (|x| < 2**63), got "
+                                f"{value!r}")
+            return number
     elif tp is float and not isinstance(value, bool):
         number = None
         if isinstance(value, int | float):
@@ -602,7 +622,9 @@ def changes(old: Config, new: Config) -> dict[str, tuple[Any, Any]]:
 
 def resume_changes(saved: Config, new: Config, checkpoint: Path) -> dict[str, tuple[Any, Any]]:
     """The changes ``--resume`` makes to a run, or an error when one would make another run."""
-    diff = changes(saved, new)
+    # A run is identified by its directory, wherever it is now (moved, copied, reached through
+    # a symlink or another spelling of the path): run.dir and run.name are not settings.
+    diff = {k: v for k, v in changes(saved, new).items() if k not in RUN_KEYS}
     for key, (old, value) in diff.items():
         if key not in RESUMABLE:
             flag = f"--{key} {_toml_value(value)}"
@@ -650,10 +672,15 @@ def from_sources(config_file: str | Path | None = None,
     if resume is None and init_from is None:
         return resolve(build(values), explicit=explicit)
     flag = "--resume" if resume is not None else "--init-from"
+    given = [k for k in RUN_KEYS if k in explicit]
+    if resume is not None and given:
+        raise UserError(f"--resume continues the run in its own directory; drop --{given[0]} "
+                        f"(to start a new run from that state: snip train --init-from "
+                        f"{resume} --{given[0]} ...)")
     source = find(Path(resume if resume is not None else init_from), flag)
     base = _saved_config(source)
     if resume is not None:
-        run_dir = run_dir_of(source)
+        run_dir = Path(os.path.abspath(run_dir_of(source)))  # `--resume .` names the run too
         values = {**base, **values, "run.dir": str(run_dir.parent), "run.name": run_dir.name}
     else:
         values = {**base, "run.name": "", **values}

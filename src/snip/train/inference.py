@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from torch import nn
 
 from snip.errors import UserError
@@ -83,8 +84,25 @@ class Loaded:
 
 def load(source: Path, overrides: Mapping[str, Any] | None = None,
          flag: str = "RUN") -> Loaded:
-    """The model of ``source`` (a run directory: its newest checkpoint; or a checkpoint)."""
-    path = checkpoint.find(Path(source), flag)
+    """The model of ``source`` (a run directory: its newest checkpoint; or a checkpoint).
+
+    A run that is training may rotate its newest checkpoint away while it is read: then the
+    new newest one is read instead (a live checkpoint is never called corrupt)."""
+    for _ in range(ROTATION_RETRIES):
+        path = checkpoint.find(Path(source), flag)
+        try:
+            return _load(path, overrides, flag)
+        except (checkpoint.CheckpointError, OSError, SafetensorError):
+            if path.is_dir() or path == Path(source):
+                raise  # really damaged (or the very checkpoint named is gone)
+    raise checkpoint.CheckpointRemoved(f"{flag} {source}: its checkpoints were rotated away "
+                                       f"{ROTATION_RETRIES} times while being read; try again")
+
+
+ROTATION_RETRIES = 5
+
+
+def _load(path: Path, overrides: Mapping[str, Any] | None, flag: str) -> Loaded:
     overrides = dict(overrides or {})
     cfg = C.from_sources(overrides={"run.name": "inference", **overrides}, init_from=path)
     device = pick_device(cfg.train.device)

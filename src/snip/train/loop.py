@@ -37,6 +37,7 @@ branch made with the parent's own settings.
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import signal
@@ -58,12 +59,12 @@ from snip.formats.scaling import RowShard
 from snip.models import ModelConfig, build_model, get_config
 from snip.nn import convert, qlinear_layers
 from snip.plan import PrecisionPlan, fp4_flop_fraction
-from snip.train import checkpoint, distributed, rundir
+from snip.train import checkpoint, distributed, memory, rundir
 from snip.train import config as C
 from snip.train import writeback as wb
 from snip.train.batches import Batch, Batches, open_data
 from snip.train.evaluation import EvalResult, autocast, evaluate
-from snip.train.metrics import MetricsLog, progress_bar, truncate_after
+from snip.train.metrics import MetricsLog, check_tensorboard, progress_bar, truncate_after
 from snip.train.precision import explicit, initial_plan, make_controller
 from snip.train.schedule import Schedule, Shape
 
@@ -152,6 +153,12 @@ def pick_device(name: str) -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise UserError(f"train.device={name!r} but CUDA is not available; use cpu or auto")
+    if name == "mps" and not (torch.backends.mps.is_built() and torch.backends.mps.is_available()):
+        raise UserError("train.device='mps' but this PyTorch build has no usable MPS device; "
+                        "use cpu or auto")
+    if name.startswith("cuda:") and int(name[5:]) >= torch.cuda.device_count():
+        raise UserError(f"train.device={name!r} but only {torch.cuda.device_count()} CUDA "
+                        "device(s) are visible")
     return torch.device(name)
 
 
@@ -248,6 +255,8 @@ class Trainer:
         if self.device.type == "cuda" and self.dist.enabled:  # one GPU per rank, before NCCL
             self.device = torch.device("cuda", self.dist.local_rank)
             torch.cuda.set_device(self.device)
+        if cfg.log.tensorboard and self.dist.is_main:
+            check_tensorboard()  # before anything is written
         distributed.join(self.dist, self.device.type, timeout=cfg.dist.timeout)
         torch.set_num_threads(t.threads or max(1, (os.cpu_count() or 2) // 2))
         self.data = open_data(cfg.data, order_seed(cfg))  # first: bad data loses nothing
@@ -262,7 +271,12 @@ class Trainer:
         model_cfg = model_config(cfg, self.data)
         if ckpt is not None:
             check_compatible(ckpt, model_cfg.to_dict(), self.data.tokenizer, flag)
+            if resume is not None:  # (a Trainer branched only to inspect the state is fine)
+                _check_steps_left(ckpt.path, ckpt.step, t.steps, flag)
         history = _history(cfg, saved, ckpt) if resume is not None else []
+        memory.check(model_cfg, t.batch_size // t.grad_accum // self.dist.world_size, t.seq_len,
+                     self.device, world_size=self.dist.world_size, sharded=self.fsdp,
+                     force=t.force)  # before the model is built: refuse what cannot fit
 
         torch.manual_seed(cfg.seed)  # identical init on every rank
         model = build_model(model_cfg).to(self.device)
@@ -310,13 +324,6 @@ class Trainer:
             step_tokens=t.batch_size * t.seq_len)
         self.schedule = _schedule(t, ckpt)
 
-        lock = rundir.lock(self.dir) if self.dist.is_main else None  # one writer per run dir
-        with rundir.released_on_error(lock):
-            if self.dist.is_main:
-                _prepare_run_dir(self.dir, cfg, ckpt if resume is not None else None, history)
-        log_path = self.dir / "metrics.jsonl" if self.dist.is_main else None
-        tb = self.dir / "tensorboard" if cfg.log.tensorboard and self.dist.is_main else None
-        self.log = MetricsLog(log_path, tb, lock=lock)
         self.step_count, self.skipped = 0, 0
         self.step_seconds: deque[float] = deque(maxlen=20)  # recent step times (for the cost
         # of a statistics cycle in training steps, which the controller reports)
@@ -324,12 +331,19 @@ class Trainer:
                                                      t.eval_batches))
         self._branch_start = self.branched
         self._replan_at_start = self.branched and not inherit and self.controller is not None
-        if ckpt is not None:
-            with rundir.released_on_error(lock):
-                self._restore(ckpt, inherit)
-            if self.branched:
-                self.log.log("branch", self.step_count, parent=str(ckpt.path),
-                             inherited_precision=inherit)
+        if ckpt is not None:  # everything that can fail, before the run directory is touched
+            self._restore(ckpt, inherit)
+
+        lock = rundir.lock(self.dir) if self.dist.is_main else None  # one writer per run dir
+        with rundir.released_on_error(lock):
+            if self.dist.is_main:
+                _prepare_run_dir(self.dir, cfg, ckpt if resume is not None else None, history)
+            log_path = self.dir / "metrics.jsonl" if self.dist.is_main else None
+            tb = self.dir / "tensorboard" if cfg.log.tensorboard and self.dist.is_main else None
+            self.log = MetricsLog(log_path, tb, lock=lock)
+        if ckpt is not None and self.branched:
+            self.log.log("branch", self.step_count, parent=str(ckpt.path),
+                         inherited_precision=inherit)
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -594,7 +608,8 @@ class Trainer:
                 if distributed.any_rank(stop.set, self.dist):
                     if done % t.ckpt_every and done not in (t.steps, end):
                         self.save()
-                    result.interrupted = True
+                    # a stop on the last step is a finished run: it is evaluated and saved
+                    result.interrupted = done < end
                     break
         bar.close()
         result.seconds = time.perf_counter() - t_start
@@ -610,6 +625,13 @@ def train(cfg: C.Config, resume: str | Path | None = None, init_from: str | Path
           hooks: Sequence[Hook] = (), until: int | None = None) -> RunResult:
     """Train according to ``cfg`` (resolved, see `config.from_sources`); the final numbers.
     ``until``: stop (with a checkpoint) after that many steps of the schedule."""
+    if init_from is not None:  # a branch that would train nothing: say so, write nothing
+        path = checkpoint.find(Path(init_from), "--init-from")
+        try:
+            step = int(json.loads((path / "meta.json").read_text())["step"])
+        except (OSError, ValueError, KeyError, TypeError):
+            step = -1  # damaged: the trainer names it
+        _check_steps_left(path, step, cfg.train.steps, "--init-from")
     trainer = Trainer(cfg, resume=resume, init_from=init_from, hooks=hooks)
     try:
         return trainer.run(until)
@@ -665,6 +687,25 @@ def check_compatible(ckpt: checkpoint.Checkpoint, model: dict, tokenizer: str,
                          f"{ckpt.meta.get('tokenizer')!r}, this config uses {tokenizer!r}")
 
 
+def _check_steps_left(path: Path, step: int, steps: int, flag: str) -> None:
+    """A resume or branch of checkpoint ``path`` (at ``step``) must have steps left to train
+    to ``steps``: otherwise it would only print NaN."""
+    if step < steps:
+        return
+    if flag == "--resume":
+        run = C.run_dir_of(path)
+        if step == steps:
+            raise UserError(f"{run} is already at step {step} (train.steps {steps}): "
+                            f"nothing to train; pass --train.steps M (M > {step}) to "
+                            "train it further")
+        raise UserError(f"--train.steps {steps} is below the step of checkpoint {path} "
+                        f"({step}); pass --train.steps M (M > {step}), or resume an "
+                        "older checkpoint of the run")
+    raise UserError(f"--init-from {path}: the parent is at step {step} and "
+                    f"train.steps is {steps}, so the branch has nothing to train; train.steps "
+                    f"counts from step 0 of the parent: pass --train.steps M (M > {step})")
+
+
 def _history(cfg: C.Config, saved: C.Config, ckpt: checkpoint.Checkpoint) -> list[dict]:
     """The run's settings history after resuming ``ckpt`` with ``cfg`` (refuses changes that
     would make another run; see `config.resume_changes`)."""
@@ -690,6 +731,14 @@ def _prepare_run_dir(run_dir: Path, cfg: C.Config, ckpt: checkpoint.Checkpoint |
     if ckpt is None and checkpoint.list_checkpoints(run_dir / "checkpoints"):
         raise UserError(f"run directory {run_dir} already holds checkpoints; continue it with "
                         f"--resume {run_dir} or choose another --run.name")
+    if ckpt is None:  # a fresh run never overwrites files it did not write
+        found = sorted(p.name for p in run_dir.iterdir() if not p.name.startswith("."))
+        if found:
+            raise UserError(f"run directory {run_dir} is not empty (it holds "
+                            f"{', '.join(found[:3])}{', ...' if len(found) > 3 else ''}); "
+                            "choose another --run.name, or remove it")
+    else:
+        _retire_newer(run_dir, ckpt)
     for sub in ("plans", "checkpoints", "sensitivity"):
         (run_dir / sub).mkdir(parents=True, exist_ok=True)
     C.write_toml(cfg, run_dir / "config.toml", history)
@@ -702,3 +751,21 @@ def _prepare_run_dir(run_dir: Path, cfg: C.Config, ckpt: checkpoint.Checkpoint |
         for old in (run_dir / "plans").glob("step_*.json"):
             if int(old.stem.split("_")[1]) > ckpt.step:
                 old.unlink()
+
+
+def _retire_newer(run_dir: Path, ckpt: checkpoint.Checkpoint) -> None:
+    """Resuming an older checkpoint abandons the steps after it: its newer checkpoints move to
+    ``retired/<time>/`` (never deleted), so that a later plain ``--resume`` continues this
+    timeline, not the abandoned one."""
+    root = run_dir / "checkpoints"
+    newer = [p for p in checkpoint.list_checkpoints(root)
+             if int(p.name[len(checkpoint.PREFIX):]) > ckpt.step]
+    if not newer:
+        return
+    dest = run_dir / "retired" / time.strftime("%Y%m%d-%H%M%S")
+    dest.mkdir(parents=True, exist_ok=True)
+    for p in newer:
+        os.replace(p, dest / p.name)
+    print(f"snip train: resuming from step {ckpt.step}: moved the newer checkpoint(s) "
+          f"{', '.join(p.name for p in newer)} of the abandoned steps aside to {dest}",
+          file=sys.stderr)

@@ -76,12 +76,19 @@ class MetricsLog:
             self.lock.release()
 
 
-def _tensorboard(log_dir: Path) -> Any:
+def check_tensorboard() -> None:
+    """Raise a `UserError` now, before a run writes anything, if TensorBoard is missing."""
     try:
-        from torch.utils.tensorboard import SummaryWriter
+        from torch.utils.tensorboard import SummaryWriter  # noqa: F401
     except ImportError:
         raise UserError("log.tensorboard = true needs the tensorboard package: "
                         "pip install 'snip[tensorboard]'") from None
+
+
+def _tensorboard(log_dir: Path) -> Any:
+    check_tensorboard()
+    from torch.utils.tensorboard import SummaryWriter
+
     return SummaryWriter(log_dir=str(log_dir))
 
 

@@ -21,7 +21,10 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from snip.atomic import pid_alive, write_error
 from snip.errors import UserError
+
+__all__ = ["LOCK_NAME", "RunLock", "lock", "pid_alive", "released_on_error"]
 
 LOCK_NAME = ".lock"
 
@@ -34,8 +37,11 @@ class RunLock:
         self._fd: int | None = None
 
     def acquire(self) -> RunLock:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:  # a read-only file system, a full disk, a name too long: one line
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise write_error(e, self.path.parent) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
@@ -68,17 +74,6 @@ class RunLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether a process with this id exists (one we may not signal counts as alive)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def lock(run_dir: Path) -> RunLock:
