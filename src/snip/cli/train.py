@@ -2,10 +2,13 @@
 
     snip train                                   # small model, embedded corpus, ~5 min on a CPU
     snip train --model.name tiny --train.steps 200 --precision.preset mxfp4
-    snip train --config configs/small_fp8.toml --train.steps 2000
+    snip train --config my_run.toml --train.steps 2000   # a TOML file of the same keys
     snip train --resume runs/NAME                # continue exactly where it stopped
     snip train --init-from runs/A/checkpoints/step_000400 --run.name B --precision.preset mxfp4
                                                  # branch: a new run from A's step 400 state
+    snip train --init-from-hf hf/llama_dir --precision.mode adaptive
+                                                 # continue pretraining a Hugging Face
+                                                 # Llama/Mistral (snip.integrations.pretrained)
     torchrun --nproc_per_node 2 $(which snip) train --train.batch_size 32
 
 Every option of the run configuration (`snip.train.config`) is a ``--section.key`` flag,
@@ -36,6 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--init-from", metavar="CHECKPOINT",
                         help="branch a new run (its own run.name and settings, defaults: the "
                              "parent's) from a checkpoint's weights, optimizer state and step")
+    parser.add_argument("--init-from-hf", metavar="HF_DIR",
+                        help="start a new run from the weights of a Hugging Face Llama/Mistral "
+                             "model directory (save_pretrained output); the model is its shape")
     add_config_options(parser)
     _collect_unknown_options(parser)
 
@@ -86,7 +92,8 @@ def _unknown_option_error(options: list[str]) -> UserError:
     from snip.train.config import leaf_map
 
     bad = next((o for o in options if o.startswith("-")), options[0]).split("=")[0]
-    valid = ["--config", "--resume", "--init-from", *(f"--{k}" for k in leaf_map())]
+    valid = ["--config", "--resume", "--init-from", "--init-from-hf",
+             *(f"--{k}" for k in leaf_map())]
     close = difflib.get_close_matches(bad, valid, n=1, cutoff=0.5)
     hint = f"; did you mean {close[0]}?" if close else "; see snip train --help"
     return UserError(f"unknown option {bad}{hint}")
@@ -97,10 +104,17 @@ def run(args: argparse.Namespace) -> int:
 
     if getattr(args, _UNKNOWN, None):
         raise _unknown_option_error(getattr(args, _UNKNOWN))
-    overrides = config_overrides(args)
+    overrides, hooks = config_overrides(args), []
+    if getattr(args, "init_from_hf", None):
+        if args.resume or args.init_from:
+            raise UserError("--init-from-hf starts a new run: drop --resume/--init-from")
+        from snip.integrations.pretrained import init_from_hf
+
+        overrides, hook = init_from_hf(args.init_from_hf, overrides)
+        hooks.append(hook)
     cfg = from_sources(args.config, overrides, args.resume, args.init_from)
     try:
-        result = train(cfg, resume=args.resume, init_from=args.init_from)
+        result = train(cfg, resume=args.resume, init_from=args.init_from, hooks=hooks)
     except NonFiniteError as e:
         print(f"snip train: {e}", file=sys.stderr)
         _report(cfg)

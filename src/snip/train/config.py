@@ -77,11 +77,17 @@ def _choice(key: str, value: str, choices: tuple[str, ...]) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class ModelSection:
-    name: str = opt("small", "model size from snip.models (tiny, small, tinyllama-1.1b, ...)")
+    name: str = opt("small", "model size from snip.models (tiny, small, tinyllama-1.1b, ...), "
+                             "or hf:DIR, the shape of a Hugging Face model directory")
 
     def __post_init__(self) -> None:
         from snip.models.configs import list_configs
 
+        if self.name.startswith("hf:"):  # a Hugging Face model directory: its config.json
+            from snip.models import get_config
+
+            get_config(self.name)
+            return
         if self.name not in list_configs():
             close = difflib.get_close_matches(self.name, list_configs(), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""

@@ -353,6 +353,8 @@ class Trainer:
                 "strategy": self.strategy.value if self.dist.enabled else "none",
                 "model": dict(self.model.config.to_dict()), "tokenizer": self.data.tokenizer,
                 "vocab_size": self.data.vocab_size, "schedule": self.schedule.to_dict()}
+        tok = self.data.dataset.tokenizer  # the checkpoint carries it (None: .bin token data)
+        meta[checkpoint.TOKENIZER_META] = tok.to_dict() if tok is not None else None
         state = self.controller.state_dict() if self.controller is not None else None
         writeback = self.writeback.state_dict() if self.writeback is not None else None
         if self.fsdp:  # every rank writes its shards
