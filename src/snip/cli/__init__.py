@@ -95,6 +95,22 @@ class _Version(argparse.Action):
         parser.exit()
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """Each default shown once: ``(default: X)`` is added only where the help text does not
+    already say its default, and never for a required option, a positional, a flag that is off
+    by default or an option without a default."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if ("default" in text or action.required or not action.option_strings
+                or default in (None, argparse.SUPPRESS, False, "", [])):
+            return text
+        if isinstance(default, str) and default.strip() != default:  # "\n": show it as such
+            return text + f" (default: {default!r})".replace("%", "%%")
+        return text + " (default: %(default)s)"
+
+
 def build_parser(load: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The ``snip`` parser; subcommands named in ``load`` (all when ``None``) get their options.
 
@@ -115,7 +131,7 @@ def build_parser(load: Sequence[str] | None = None) -> argparse.ArgumentParser:
             allow_abbrev=False,
             help=cmd.help,
             description=cmd.help,
-            formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+            formatter_class=HelpFormatter,
         )
         if load is None or name in load:
             mod = cmd.load()

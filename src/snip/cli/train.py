@@ -46,18 +46,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _collect_unknown_options(parser)
 
 
-def add_config_options(parser: argparse.ArgumentParser, sections: tuple[str, ...] = ()) -> None:
-    """A ``--section.key`` flag for every config option (only those ``sections`` if given),
-    with its help and default; `config_overrides` reads them back."""
+def add_config_options(parser: argparse.ArgumentParser, sections: tuple[str, ...] = (),
+                       keys: tuple[str, ...] = ()) -> None:
+    """A ``--section.key`` flag for every config option (only those of ``sections``, or only
+    the dotted ``keys``, if given), with its help, its default and, for an enumerated value,
+    its choices; grouped by section in ``--help``. `config_overrides` reads them back."""
     from snip.train.config import leaves
 
+    groups: dict[str, argparse._ArgumentGroup] = {}
     for leaf in leaves():
-        if sections and leaf.key.split(".")[0] not in sections:
+        section = leaf.key.split(".")[0]
+        if (sections and section not in sections) or (keys and leaf.key not in keys):
             continue
+        group = section if "." in leaf.key else "general"  # top-level keys such as seed
+        if group not in groups:
+            groups[group] = parser.add_argument_group(f"{group} options")
         kind = "BOOL" if leaf.type is bool else leaf.type.__name__.upper()
+        choices = leaf.choices
+        if choices:
+            kind = "{" + ",".join(choices) + "}"
         default = f"{leaf.default!r}" if leaf.type is str else str(leaf.default).lower() \
             if leaf.type is bool else str(leaf.default)
-        parser.add_argument(
+        groups[group].add_argument(
             f"--{leaf.key}", dest=f"{_PREFIX}{leaf.key}", default=argparse.SUPPRESS,
             metavar=kind, nargs="?" if leaf.type is bool else None,
             const="true" if leaf.type is bool else None,
