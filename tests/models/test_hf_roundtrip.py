@@ -45,7 +45,7 @@ def test_byte_export_loads_with_autotokenizer_and_pipeline(tiny: dict, tmp_path:
 
 
 def test_bpe_checkpoint_carries_its_tokenizer_and_exports_it(tiny: dict, corpus: Path,
-                                                            tmp_path: Path) -> None:
+                                                            tmp_path: Path, capsys) -> None:
     """A BPE run: the checkpoint keeps working after the tokenizer file and the corpus are
     gone (export, `snip sample`'s tokenizer), and the export's tokenizer gives our ids."""
     text = tmp_path / "corpus.txt"
@@ -59,6 +59,13 @@ def test_bpe_checkpoint_carries_its_tokenizer_and_exports_it(tiny: dict, corpus:
     ckpt = checkpoint.find(run)
     held = checkpoint.tokenizer_of(ckpt)
     assert isinstance(held, BPETokenizer) and held.encode(TEXT) == bpe.encode(TEXT)
+    capsys.readouterr()
+    # sample needs no corpus; eval of another corpus uses the checkpoint's tokenizer copy
+    assert main(["sample", str(run), "--prompt", "def ", "--tokens", "4",
+                 "--temperature", "0"]) == 0
+    assert capsys.readouterr().out.startswith("def ")
+    assert main(["eval", str(run), "--data.path", str(corpus)]) == 0
+    assert "high precision (fp32):   loss" in capsys.readouterr().out
     out = tmp_path / "hf_bpe"
     assert main(["export", str(run), "--out", str(out)]) == 0
     tok = transformers.AutoTokenizer.from_pretrained(out)

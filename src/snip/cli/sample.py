@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     if args.tokens < 1 or args.temperature < 0 or args.top_k < 0:
         raise UserError(f"--tokens ({args.tokens}) must be >= 1, --temperature "
                         f"({args.temperature}) and --top-k ({args.top_k}) >= 0")
-    loaded = load(Path(args.run), config_overrides(args))
+    loaded = load(Path(args.run), config_overrides(args), need_data=False)  # corpus optional
     text = loaded.sample(args.prompt, tokens=args.tokens, temperature=args.temperature,
                          top_k=args.top_k, seed=args.seed)
     print(args.prompt + text)
