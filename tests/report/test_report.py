@@ -277,6 +277,11 @@ def test_cli_report_baseline(tmp_path: Path, capsys) -> None:
     a, b = _run(tmp_path, "a", precision="bf16"), _run(tmp_path, "b", precision="mxfp4")
     assert main(["report", str(a), str(b), "--out", str(tmp_path / "o"), "--baseline", "b"]) == 0
     assert "&Delta; val vs b" in (tmp_path / "o" / "report.html").read_text()
+    out = capsys.readouterr().out
+    assert "mean tokens/s 1,000" in out and "e+0" not in out  # numbers as people read them
+    from snip.report.html import fmt_number
+
+    assert fmt_number(31950.4) == "31,950" and fmt_number(2.91234) == "2.912"
     assert main(["report", str(a), str(b), "--out", str(tmp_path / "o"), "--baseline", "c"]) == 2
     assert "--baseline 'c'" in capsys.readouterr().err
 
