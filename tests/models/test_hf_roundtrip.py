@@ -36,6 +36,8 @@ def test_byte_export_loads_with_autotokenizer_and_pipeline(tiny: dict, tmp_path:
     assert isinstance(checkpoint.tokenizer_of(ckpt), ByteTokenizer)
     out = tmp_path / "hf"
     assert main(["export", str(run), "--out", str(out)]) == 0
+    weights, config = (out / "model.safetensors").stat(), (out / "config.json").stat()
+    assert weights.st_mode & 0o777 == config.st_mode & 0o777  # not 0600 beside 0644
     tok = transformers.AutoTokenizer.from_pretrained(out)
     assert tok(TEXT)["input_ids"] == list(TEXT.encode("utf-8"))  # ids = the UTF-8 bytes
     assert tok.decode(list(TEXT.encode("utf-8"))) == TEXT

@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -263,6 +264,11 @@ def save_hf_llama(model: Transformer, out: str | Path) -> Path:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     to_hf_llama(model).save_pretrained(out, safe_serialization=True)
+    umask = os.umask(0)
+    os.umask(umask)
+    for f in out.iterdir():  # safetensors writes its file 0600; give it the files' usual mode
+        if f.is_file():
+            f.chmod(0o666 & ~umask)
     return out
 
 
