@@ -1,5 +1,7 @@
 """Every ```python block of README.md runs as written (each in a fresh namespace, in a
-temporary working directory so files it writes, like ``plan.json``, land there)."""
+temporary working directory so files it writes, like ``plan.json``, land there).  A block whose
+first line is ``# needs: a, b`` is skipped (not failed) where one of those packages is not
+installed."""
 
 from __future__ import annotations
 
@@ -21,6 +23,10 @@ def test_readme_has_python_examples():
 def test_readme_python_block_runs(code: str, tmp_path: Path, monkeypatch) -> None:
     import torch
 
+    first = code.splitlines()[0]
+    if first.startswith("# needs:"):
+        for package in first.removeprefix("# needs:").split(","):
+            pytest.importorskip(package.strip())
     monkeypatch.chdir(tmp_path)
     torch.manual_seed(0)
     exec(compile(code, str(README), "exec"), {"__name__": "__readme__"})

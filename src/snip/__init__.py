@@ -1,6 +1,6 @@
 """snip: FP8 and sub-byte LLM training with adaptive per-layer precision and safe write-back.
 
-The public contract (``shared/DESIGN.md`` section 3)::
+The public contract (kept stable across releases)::
 
     snip.cast(x, "e2m1")            element rounding, no scaling
     snip.quantize(x, "mxfp4")       fake quantization (quantize + dequantize)
@@ -32,8 +32,8 @@ _NAMES = {
     "PrecisionPlan": "snip.plan",
     "UserError": "snip.errors",
 }
-SUBPACKAGES = ("audit", "cli", "compare", "data", "errors", "formats", "models", "nn", "optim",
-               "plan", "planner", "report", "sensitivity", "train")
+SUBPACKAGES = ("audit", "cli", "compare", "data", "errors", "formats", "integrations", "models",
+               "nn", "optim", "plan", "planner", "report", "sensitivity", "train")
 
 __all__ = sorted([*_NAMES, *SUBPACKAGES, "__version__"])
 

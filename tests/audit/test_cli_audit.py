@@ -59,7 +59,7 @@ def test_snip_audit_bad_trace_is_a_user_error(tmp_path, capsys):
 @pytest.mark.parametrize("name", ["sub/mask.json", "/tmp/mask.json", "..", "./m.json"])
 def test_snip_audit_mask_out_is_a_file_name_under_out(tmp_path, capsys, name):
     out = tmp_path / "out"
-    assert main(["audit", "--out", str(out), "--mask-out", name, "--steps", "2"]) == 2
+    assert main(["audit", "--out", str(out), "--mask-out", name, "--train.steps", "2"]) == 2
     assert not out.exists()  # refused before anything is written
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--mask-out takes a file name, written under --out" in err[0]

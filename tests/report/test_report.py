@@ -71,7 +71,8 @@ PROJ = ("attention.wq", "attention.wk", "attention.wv", "attention.wo", "feed_fo
 
 def _run(root: Path, name: str, *, precision: str, seed: int = 1, final: float = 2.2,
          lr: float = 1e-3, plans: list[tuple[int, dict]] | None = None,
-         writeback: bool = False, model: str = "tiny") -> Path:
+         writeback: bool = False, model: str = "tiny", method: str = "ilp",
+         plan_seed: int = 0) -> Path:
     """A run whose loss starts at 5.6 and ends at ``final``; config like the trainer's."""
     run = root / name
     (run / "plans").mkdir(parents=True)
@@ -81,6 +82,7 @@ def _run(root: Path, name: str, *, precision: str, seed: int = 1, final: float =
     (run / "config.toml").write_text(
         f'seed = {seed}\n[model]\nname = "{model}"\n[train]\nlr = {lr}\nsteps = 40\n'
         f'[precision]\nmode = "{mode}"\npreset = "{preset}"\nplan = ""\nbudget = 0.75\n'
+        f'method = "{method}"\nplan_seed = {plan_seed}\n'
         f'[run]\nname = "{name}"\ndir = "{root}"\n[writeback]\n{wb}')
     events = []
     for step in range(1, 41):
@@ -131,7 +133,7 @@ def _rows(html: str) -> dict[str, str]:
             for r in table.split("<tr")[2:]}
 
 
-def test_baseline_differences_and_best_run(tmp_path: Path) -> None:
+def test_baseline_differences_and_no_best_from_single_runs(tmp_path: Path) -> None:
     runs = [_run(tmp_path, "bf16", precision="bf16", final=2.19),
             _run(tmp_path, "fp4", precision="mxfp4", final=2.25),
             _run(tmp_path, "fp8", precision="fp8_e4m3", final=2.10)]
@@ -139,12 +141,43 @@ def test_baseline_differences_and_best_run(tmp_path: Path) -> None:
     rows = _rows(html)
     assert "&Delta; val vs fp4" in html
     assert "-0.0600" in rows["bf16"] and "+0.0000" in rows["fp4"] and "-0.1500" in rows["fp8"]
-    assert "class='best'" in rows["fp8"] and "best" not in rows["bf16"].split(">")[0]
     assert "class='base'" in rows["fp4"]
+    # single runs have no known seed spread: 0.09 nats may be noise, so nothing is crowned
+    assert "class='best'" not in html and "&#9733; best" not in html
+    assert "No run is marked best: the baseline <b>fp4</b> is a single run" in html
     default = write_report(runs, out=tmp_path / "cmp2").read_text()  # bf16 run by default
     assert "&Delta; val vs bf16" in default
     with pytest.raises(ValueError, match="--baseline 'nope' is not one of the runs"):
         write_report(runs, out=tmp_path / "cmp3", baseline="nope")
+
+
+def test_best_only_beyond_the_seed_spread(tmp_path: Path) -> None:
+    """Marked best: both recipes repeated and the means further apart than the spreads."""
+    def recipe(name: str, precision: str, finals: tuple[float, float]) -> list[Path]:
+        return [_run(tmp_path / name, f"{name}_s{i}", precision=precision, seed=i, final=f)
+                for i, f in enumerate(finals, 1)]
+
+    apart = recipe("bf16", "bf16", (2.20, 2.22)) + recipe("fp8", "fp8_e4m3", (2.05, 2.07))
+    html = write_report(apart, out=tmp_path / "apart").read_text()
+    rows = _rows(html)
+    assert "class='best'" in rows["fp8_s1"] and "class='best'" in rows["fp8_s2"]
+    assert "<b>fp8</b> is marked best" in html
+    close = recipe("a", "bf16", (2.20, 2.30)) + recipe("b", "fp8_e4m3", (2.15, 2.25))
+    html = write_report(close, out=tmp_path / "close").read_text()
+    assert "class='best'" not in html  # 0.05 apart, spread 0.05 + 0.05
+    assert "differ by 0.0500 nats in mean final validation loss, within their seed spread" \
+        in html
+
+
+def test_summary_table_fits_a_1280px_page(tmp_path: Path) -> None:
+    """Few enough columns for the page, and a scrolling wrapper for the rest; no "difference
+    from itself" in a single-run report."""
+    runs = [_run(tmp_path, "bf16", precision="bf16"), _run(tmp_path, "fp4", precision="mxfp4")]
+    html = write_report(runs, out=tmp_path / "cmp").read_text()
+    table = html.split("id='summary'")[1].split("</table>")[0]
+    assert "<div class=wide>" in table and table.split("</tr>")[0].count("<th>") <= 13
+    single = write_report([runs[0]]).read_text()
+    assert "&Delta; val vs" not in single
 
 
 def test_seeds_are_grouped_with_mean_and_spread(tmp_path: Path) -> None:
@@ -215,7 +248,7 @@ def test_projected_gemm_time_and_cpu_note(tmp_path: Path) -> None:
     t = projected_gemm_time(load_run(run))
     assert t == {"hopper": 0.5, "blackwell": 0.25}  # FP4 at the FP8 rate on Hopper, 4x on GB200
     html = write_report([run]).read_text()
-    assert "GEMM time (blackwell, projected)" in html and ">0.25<" in html
+    assert "GEMM time, blackwell (projected)" in html and ">0.25<" in html
     assert "CPU emulation speed" in html and "not hardware speed" in html
     speed = html.split("id='speed'")[1].split("</table>")[0]
     assert "relative GEMM time, blackwell (projected)" in speed and ">0.25<" in speed
@@ -249,6 +282,11 @@ def test_cli_report_baseline(tmp_path: Path, capsys) -> None:
     a, b = _run(tmp_path, "a", precision="bf16"), _run(tmp_path, "b", precision="mxfp4")
     assert main(["report", str(a), str(b), "--out", str(tmp_path / "o"), "--baseline", "b"]) == 0
     assert "&Delta; val vs b" in (tmp_path / "o" / "report.html").read_text()
+    out = capsys.readouterr().out
+    assert "mean tokens/s 1,000" in out and "e+0" not in out  # numbers as people read them
+    from snip.report.html import fmt_number
+
+    assert fmt_number(31950.4) == "31,950" and fmt_number(2.91234) == "2.912"
     assert main(["report", str(a), str(b), "--out", str(tmp_path / "o"), "--baseline", "c"]) == 2
     assert "--baseline 'c'" in capsys.readouterr().err
 
@@ -261,12 +299,13 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
 
     from snip.report.screenshot import screenshot
 
-    runs = [_run(tmp_path, "bf16", precision="bf16", final=2.3),
-            _run(tmp_path, "snip", precision="adaptive", final=2.2, plans=_snip_plans())]
+    runs = [_run(tmp_path, f"bf16_s{i}", precision="bf16", seed=i, final=2.3 + i / 100)
+            for i in (1, 2)] + [_run(tmp_path, f"snip_s{i}", precision="adaptive", seed=i,
+                                     final=2.1 + i / 100, plans=_snip_plans()) for i in (1, 2)]
     html = write_report(runs, out=tmp_path / "cmp")
-    png = screenshot(html, tmp_path / "shot.png", width=1200, height=1400)
+    png = screenshot(html, tmp_path / "shot.png", width=1280, height=1400)  # the top
     img = (matplotlib.image.imread(png)[..., :3] * 255).round().astype(int)
-    assert img.shape[:2] == (1400, 1200)
+    assert img.shape[:2] == (1400, 1280)
     assert len({tuple(c) for c in img.reshape(-1, 3)[::7]}) > 50  # not a blank page
     best = np.array([0xE3, 0xF4, 0xE1])  # the CSS background of the best run's row
     assert (np.abs(img - best).sum(-1) <= 3).sum() > 1000
@@ -282,3 +321,113 @@ def test_repeats_band_is_mean_min_max_of_validation_loss(tmp_path: Path) -> None
     assert lo == a.s("val_loss").values[1:] and hi == b.s("val_loss").values[1:]
     assert mean == pytest.approx([(x + y) / 2 for x, y in zip(lo, hi, strict=True)])
     assert repeat_band([a]) is None
+
+
+# -- the compare page ---------------------------------------------------------------------------
+
+def _fake_sweep(tmp_path: Path, hp: dict[str, tuple[float, ...]]) -> Path:
+    """A finished `snip compare` directory (2 units) without training: run directories like the
+    trainer's, a result.json per branch, the sweep.json."""
+    from snip.compare import Sweep, parse_arms
+
+    out = tmp_path / "cmp"
+    arms = parse_arms(["bf16", "fp4=preset:mxfp4", "snip@0.75", "layer_type@0.75",
+                       "random@0.75x2"])
+    sweep = Sweep(bases=("base",), arms=tuple(arms), steps=40, orders=2, reference="bf16",
+                  out=str(out))
+    for arm in arms:
+        for unit in sweep.units:
+            d = sweep.run_dir(unit, arm)
+            kind = "adaptive" if arm.kind.value == "adaptive" else arm.preset
+            _run(d.parent, d.name, precision=kind, final=hp[arm.label][unit[1]],
+                 plans=_snip_plans() if kind == "adaptive" else None,
+                 method=arm.method or "ilp", plan_seed=max(arm.draw, 0))
+            loss = hp[arm.label][unit[1]]
+            (d / "result.json").write_text(json.dumps(
+                {"unit": list(unit), "arm": arm.label, "val_loss": loss + 0.01,
+                 "val_loss_hp": loss, "fp4_flop_fraction": 0.75, "step": 40}))
+    (out / "sweep.json").write_text(json.dumps(sweep.to_dict()))
+    return out
+
+
+HP = {"bf16": (2.20, 2.30), "fp4": (2.30, 2.41), "snip@0.75": (2.21, 2.29),
+      "layer_type@0.75": (2.25, 2.36), "random@0.75#0": (2.27, 2.37),
+      "random@0.75#1": (2.26, 2.39)}
+
+
+def test_compare_page_opens_with_the_answer(tmp_path: Path) -> None:
+    from snip.compare import load_sweep, summarize
+    from snip.report.sweep import write_compare_report
+
+    out = _fake_sweep(tmp_path, HP)
+    html = write_compare_report(summarize(load_sweep(out))).read_text()
+    assert html.index("id='answer'") < html.index("id='arms'") < html.index("id='loss'")
+    answer = html.split("id='answer'")[1].split("<h2")[0]
+    assert "compare_forest" in answer and (out / "compare_forest.png").is_file()
+    rows = {r.split("<b>")[1].split("<")[0]: r for r in
+            answer.split("<table>")[1].split("</table>")[0].split("<tr")[2:]}
+    # fp4: +0.10 and +0.11 -> interval [+0.04, +0.17] above zero: the reference wins
+    assert "class='lose'" in rows["fp4"] and "higher loss than bf16" in rows["fp4"]
+    # snip: +0.01 and -0.01 -> the interval contains zero
+    assert "not resolved" in rows["snip@0.75"] and "class=''" in rows["snip@0.75"]
+    assert "class='base'" in rows["bf16"]
+    # arms named by what they are: a baseline or a random plan is not "SNIP"
+    assert "baseline: the layer_type planner at 75% FP4 FLOPs" in rows["layer_type@0.75"]
+    assert "baseline: random plan (seed 1) at 75% FP4 FLOPs" in rows["random@0.75#1"]
+    assert "SNIP: the ILP planner at 75% FP4 FLOPs" in rows["snip@0.75"]
+    precision = html.split("id='precision'")[1]
+    assert "layer_type@0.75: layer_type 75% fp4_e2m1_tile128" in precision
+    assert "random@0.75#1: random #1 75% fp4_e2m1_tile128" in precision
+    # 2 units: no sign test can reach p < 0.05; the page says so
+    assert "n = 2 units: the sign and Wilcoxon tests cannot give p below 0.5" in answer
+
+
+def test_compare_curves_use_every_unit(tmp_path: Path) -> None:
+    from snip.compare import load_sweep, summarize
+    from snip.report.sweep import _unit_runs, mean_curves
+
+    summary = summarize(load_sweep(_fake_sweep(tmp_path, HP)))
+    curves = mean_curves(summary, _unit_runs(summary))
+    counts = {name: c[4] for name, c in curves.items()}
+    assert counts == {"bf16": 2, "fp4": 2, "snip@0.75": 2, "layer_type@0.75": 2,
+                      "random@0.75 (2 draws)": 4}
+    steps, mean, lo, hi, _ = curves["bf16"]
+    # steps count from the branch point; the two units' curves differ, so the band is open
+    assert steps[0] == 1 and steps[-1] == 40 and lo[-1] < mean[-1] < hi[-1]
+
+
+def test_resolution_warning() -> None:
+    from snip.report.sweep import min_test_p, resolution_warning
+
+    assert min_test_p(2) == 0.5 and min_test_p(6) == 0.03125
+    assert resolution_warning(6) is None and "n = 5 units" in resolution_warning(5)
+    assert "no interval and no test" in resolution_warning(1)
+
+
+def test_screenshot_without_a_browser_is_one_line(tmp_path: Path, monkeypatch, capsys) -> None:
+    from snip.report import screenshot as shot
+
+    page = tmp_path / "p.html"
+    page.write_text("<p>x</p>")
+    monkeypatch.setattr(shot, "find_browser", lambda: None)
+    assert shot.main([str(page), str(tmp_path / "s.png")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "no Chromium/Chrome on PATH" in err
+
+
+def test_full_page_crop_keeps_everything_above_the_background(tmp_path: Path) -> None:
+    """A full-page shot renders in a tall window; the crop keeps the content (here down to
+    row 299) and a margin, never cuts into it."""
+    import numpy as np
+    from PIL import Image
+
+    from snip.report.screenshot import crop_to_content
+
+    img = np.full((1000, 50, 3), 255, np.uint8)
+    img[10:20, 5:9] = 0
+    img[299, 40] = 17  # the last non-background pixel, far down
+    png = tmp_path / "tall.png"
+    Image.fromarray(img).save(png)
+    crop_to_content(png, margin=16)
+    out = np.asarray(Image.open(png))
+    assert out.shape == (316, 50, 3) and out[299, 40, 0] == 17

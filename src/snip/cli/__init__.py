@@ -95,6 +95,60 @@ class _Version(argparse.Action):
         parser.exit()
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """Each default shown once: ``(default: X)`` is added only where the help text does not
+    already say its default, and never for a required option, a positional, a flag that is off
+    by default or an option without a default."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if ("default" in text or action.required or not action.option_strings
+                or default in (None, argparse.SUPPRESS, False, "", [])):
+            return text
+        if isinstance(default, str) and default.strip() != default:  # "\n": show it as such
+            return text + f" (default: {default!r})".replace("%", "%%")
+        return text + " (default: %(default)s)"
+
+
+# One flag style: options that are run-configuration keys use the dotted key everywhere.
+# command -> {older spelling: dotted key}; the older spellings still parse for one release,
+# with a deprecation line (`deprecations`), and --help shows only the dotted key.
+# (``compare --steps`` stays: it counts the steps of each branch, not ``train.steps``.)
+DOTTED = {
+    "audit": {"--model": "--model.name", "--steps": "--train.steps",
+              "--batch": "--train.batch_size", "--seq-len": "--train.seq_len",
+              "--lr": "--train.lr", "--weight-decay": "--train.weight_decay",
+              "--threads": "--train.threads"},
+    "compare": {"--threads": "--train.threads", "--eval-batches": "--train.eval_batches"},
+    "plan": {"--budget": "--precision.budget", "--method": "--precision.method",
+             "--candidates": "--precision.candidates", "--seed": "--precision.plan_seed",
+             "--precision.seed": "--precision.plan_seed"},
+}
+
+
+def _dotted_names(parser: argparse.ArgumentParser, command: str) -> None:
+    """Give the options of ``DOTTED[command]`` their dotted key as the name shown in help; the
+    older spelling keeps parsing (it stays in the parser's table of option strings)."""
+    for old, new in DOTTED.get(command, {}).items():
+        action = parser._option_string_actions.get(old)
+        if action is None:
+            continue
+        parser._option_string_actions.setdefault(new, action)
+        if parser._option_string_actions[new] is not action:
+            continue  # the command defines the dotted key itself, separately
+        action.option_strings = [new, *(o for o in action.option_strings
+                                        if o not in (old, new) and o not in DOTTED[command])]
+
+
+def deprecations(command: str, argv: Sequence[str]) -> list[str]:
+    """One line per older spelling of a dotted key used in ``argv``."""
+    table = DOTTED.get(command, {})
+    used = dict.fromkeys(a.split("=", 1)[0] for a in argv if a.split("=", 1)[0] in table)
+    return [f"snip {command}: {old} is deprecated, use {table[old]} (the old spelling goes "
+            "in the next release)" for old in used]
+
+
 def build_parser(load: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The ``snip`` parser; subcommands named in ``load`` (all when ``None``) get their options.
 
@@ -115,11 +169,12 @@ def build_parser(load: Sequence[str] | None = None) -> argparse.ArgumentParser:
             allow_abbrev=False,
             help=cmd.help,
             description=cmd.help,
-            formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+            formatter_class=HelpFormatter,
         )
         if load is None or name in load:
             mod = cmd.load()
             mod.add_arguments(p)
+            _dotted_names(p, name)
             p.set_defaults(_run=mod.run)
     return parser
 
@@ -139,6 +194,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2
+    for line in deprecations(args.command, argv):
+        print(line, file=sys.stderr)
     if args.command not in ("formats",):  # pure-table commands need no allocator tuning
         from snip.runtime import tune_malloc
 

@@ -105,18 +105,8 @@ def _write(sweep, reference: str | None = None,  # noqa: ANN001
 
 
 def _report(sweep, summary) -> Path | None:  # noqa: ANN001
-    """report.html: the table plus the curves of every arm of the first unit that has run."""
-    from snip.compare import html_tables
-    from snip.report import write_report
-    from snip.report.html import Section
+    """report.html: the answer (paired table, forest plot), then the curves of every unit
+    (`snip.report.sweep`)."""
+    from snip.report.sweep import write_compare_report
 
-    unit = sweep.units[0]
-    dirs = [sweep.run_dir(unit, a) for a in sweep.arms
-            if (sweep.run_dir(unit, a) / "metrics.jsonl").is_file()]
-    if not dirs:
-        return None
-    table = Section(anchor="compare", title=f"Paired comparison against {summary.reference}",
-                    body=html_tables(summary))
-    names = {d.name for d in dirs}
-    baseline = summary.reference if summary.reference in names else None
-    return write_report(dirs, out=sweep.out, baseline=baseline, extra_sections=[table])
+    return write_compare_report(summary)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 COMMAND = "eval"
 HELP = "validation loss/perplexity of a checkpoint, quantized (its plan) and in high precision"
+PRECISION_KEYS = ("precision.preset", "precision.plan", "precision.gemm")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,7 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     add_run_argument(parser)
     parser.add_argument("--json", metavar="FILE", help="also write the numbers as JSON")
-    add_config_options(parser, ("data", "precision"))
+    # the data to evaluate on, and the precision to run in; not the adaptive-training options
+    add_config_options(parser, ("data",))
+    add_config_options(parser, keys=PRECISION_KEYS)
     parser.add_argument("--train.eval_batches", dest="cfg:train.eval_batches",
                         default=argparse.SUPPRESS, metavar="INT",
                         help="validation batches spread over the split (default: the run's)")

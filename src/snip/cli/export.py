@@ -8,8 +8,11 @@ weights a ``LlamaForCausalLM`` (``config.json`` + ``model.safetensors``), loadab
 ``transformers.AutoModelForCausalLM.from_pretrained(out)`` and computing the same logits (see
 :func:`snip.models.hf.to_hf_llama`).  The weights are the fp32 masters: a low-precision plan is
 a property of training, not of the exported model.  ``snip_export.json`` records where it came
-from (checkpoint, step, plan, tokenizer); a BPE tokenizer file is copied as ``tokenizer.json``
-(the byte tokenizer, ids = UTF-8 bytes, needs no file).
+from (checkpoint, step, plan, tokenizer).  The checkpoint's tokenizer (byte or BPE) is written
+as ``transformers`` expects it (``tokenizer.json`` + ``tokenizer_config.json``), so
+``AutoTokenizer.from_pretrained(out)`` and ``pipeline("text-generation", out)`` work
+(`snip.data.tokenizer.save_hf_tokenizer`).  Needs ``pip install transformers``; without it the
+command says so in one line.
 
 The directory is written whole or not at all (`snip.atomic.output_dir`: a hidden temporary
 beside ``--out``, renamed into place; a temporary left by a killed export is removed by the next
@@ -48,11 +51,12 @@ def export_hf(run: str | Path, out: str | Path) -> Path:
     from safetensors import SafetensorError, safe_open
     from safetensors.torch import load_model
 
-    from snip.data import load_tokenizer
+    from snip.data.tokenizer import save_hf_tokenizer
     from snip.models import ModelConfig, build_model
-    from snip.models.hf import save_hf_llama
+    from snip.models.hf import _transformers, save_hf_llama
     from snip.train import checkpoint
 
+    _transformers()  # absent: one line naming what to install, before any work
     path = checkpoint.find(Path(run))
     out = Path(out)
     check_out(out, path)
@@ -69,16 +73,15 @@ def export_hf(run: str | Path, out: str | Path) -> Path:
         raise UserError(f"checkpoint {path} does not fit its recorded model shape (missing "
                          f"{sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]})")
     tokenizer = meta.get("tokenizer")
+    tok = checkpoint.tokenizer_of(path)  # None: pre-tokenized data, no text tokenizer
     plan = path / "plan.json"
     source = {"checkpoint": str(path), "step": meta.get("step"), "tokenizer": tokenizer,
               "plan": json.loads(plan.read_text()) if plan.is_file() else None}
     try:
         with atomic.output_dir(out) as tmp:  # all or nothing: renamed into place when complete
             save_hf_llama(model, tmp)
-            if isinstance(tokenizer, str) and tokenizer != "byte" and Path(tokenizer).is_file():
-                spec = load_tokenizer(tokenizer).to_dict()
-                if spec.get("type") == "bpe":  # the HF tokenizers JSON inside is what HF loads
-                    (tmp / "tokenizer.json").write_text(json.dumps(spec["tokenizer"]))
+            if tok is not None:
+                save_hf_tokenizer(tok, tmp, cfg.max_seq_len)
             (tmp / EXPORT_FILE).write_text(json.dumps(source, indent=2) + "\n")
     except SafetensorError as e:  # safetensors reports a full disk as its own error
         raise UserError(f"cannot write {out}: {str(e).strip().splitlines()[0][:200]}") from None

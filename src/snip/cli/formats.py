@@ -16,6 +16,11 @@ def _g(v: float) -> str:
     return f"{v:.6g}"
 
 
+def transform(spec) -> str:  # noqa: ANN001
+    """What is applied before quantizing: ``"RHT 32"`` or ``"-"``."""
+    return f"RHT {spec.hadamard}" if spec.hadamard else "-"
+
+
 def format_tables() -> str:
     from snip.formats import ELEMENTS, PRESETS
 
@@ -34,18 +39,23 @@ def format_tables() -> str:
         "",
         "Presets",
         f"{'name':<18} {'element':<7} {'bits/elem':>9} {'max':>9} "
-        f"{'min subnormal':>13}  {'scaling (block, scale format)':<32} {'grad rounding':<13}",
+        f"{'min subnormal':>13}  {'scaling (block, scale format)':<32} {'grad rounding':<13} "
+        f"{'transform':<13}",
     ]
     for s in PRESETS.values():
         e = s.element
         lines.append(
             f"{s.name:<18} {e.name:<7} {s.bits_per_element:>9.4g} {_g(e.max_normal):>9} "
-            f"{_g(e.min_subnormal):>13}  {s.describe_scaling():<32} {s.grad_rounding.value:<13}"
+            f"{_g(e.min_subnormal):>13}  {s.describe_scaling():<32} {s.grad_rounding.value:<13} "
+            f"{transform(s):<13}".rstrip()
         )
     lines.append("")
     lines.append(
         "bits/elem includes block scales; per-tensor and per-row scales add 32 bits per "
-        "tensor or row (NVFP4 also keeps one fp32 tensor scale)."
+        "tensor or row (NVFP4 also keeps one fp32 tensor scale). transform: RHT N is a "
+        "seeded randomized Hadamard transform of size N along the contraction axis before "
+        "quantizing (it spreads outliers over a block; *_rht presets differ from their plain "
+        "twins only in it)."
     )
     return "\n".join(lines)
 
@@ -76,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
                     "bits_per_element": s.bits_per_element,
                     "scaling": s.describe_scaling(),
                     "grad_rounding": s.grad_rounding.value,
+                    "hadamard": s.hadamard,
                 }
                 for n, s in PRESETS.items()
             },

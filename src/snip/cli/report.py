@@ -7,8 +7,9 @@
     snip report runs/cmp                       # a `snip compare` directory: its paired table
                                                # and the curves of all arms
 
-The page names each run's precision, takes differences from the baseline, highlights the best
-run, groups seeds, zooms on the last half of the loss curves and shows only the configuration
+The page names each run's precision, takes differences from the baseline, marks a recipe best
+only when it beats the others by more than their seed spread, groups seeds, zooms on the last
+half of the loss curves and shows only the configuration
 keys that differ (see `snip.report`).
 """
 
@@ -34,6 +35,7 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from snip.report import load_run, summary, write_report
+    from snip.report.html import fmt_number
 
     if len(args.runs) == 1 and (Path(args.runs[0]) / "sweep.json").is_file():
         from snip.cli.compare import compare_report
@@ -44,8 +46,7 @@ def run(args: argparse.Namespace) -> int:
     path = write_report(args.runs, out=args.out, baseline=args.baseline)
     for d in args.runs:
         s = summary(load_run(d))
-        numbers = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
-                            for k, v in s.items() if v is not None)
+        numbers = ", ".join(f"{k} {fmt_number(v)}" for k, v in s.items() if v is not None)
         print(f"{d}: {numbers}")
     print(f"report: {path}")
     return 0

@@ -14,6 +14,7 @@ HELP = "generate text from a checkpoint (with its plan or another precision)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from snip.cli.eval import PRECISION_KEYS
     from snip.cli.train import add_config_options, add_run_argument
 
     add_run_argument(parser)
@@ -24,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top-k", type=int, default=0, help="sample among the k most likely "
                                                             "tokens only (0: all)")
     parser.add_argument("--seed", type=int, default=0, help="sampling seed")
-    add_config_options(parser, ("precision",))
+    add_config_options(parser, keys=PRECISION_KEYS)  # not the adaptive-training options
 
 
 def run(args: argparse.Namespace) -> int:
@@ -35,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     if args.tokens < 1 or not args.temperature >= 0 or args.top_k < 0:  # (NaN too)
         raise UserError(f"--tokens ({args.tokens}) must be >= 1, --temperature "
                         f"({args.temperature}) and --top-k ({args.top_k}) >= 0")
-    loaded = load(Path(args.run), config_overrides(args))
+    loaded = load(Path(args.run), config_overrides(args), need_data=False)  # corpus optional
     text = loaded.sample(args.prompt, tokens=args.tokens, temperature=args.temperature,
                          top_k=args.top_k, seed=args.seed)
     print(args.prompt + text)

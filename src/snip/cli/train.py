@@ -2,10 +2,13 @@
 
     snip train                                   # small model, embedded corpus, ~5 min on a CPU
     snip train --model.name tiny --train.steps 200 --precision.preset mxfp4
-    snip train --config configs/small_fp8.toml --train.steps 2000
+    snip train --config my_run.toml --train.steps 2000   # a TOML file of the same keys
     snip train --resume runs/NAME                # continue exactly where it stopped
     snip train --init-from runs/A/checkpoints/step_000400 --run.name B --precision.preset mxfp4
                                                  # branch: a new run from A's step 400 state
+    snip train --init-from-hf hf/llama_dir --precision.mode adaptive
+                                                 # continue pretraining a Hugging Face
+                                                 # Llama/Mistral (snip.integrations.pretrained)
     torchrun --nproc_per_node 2 $(which snip) train --train.batch_size 32
 
 Every option of the run configuration (`snip.train.config`) is a ``--section.key`` flag,
@@ -36,22 +39,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--init-from", metavar="CHECKPOINT",
                         help="branch a new run (its own run.name and settings, defaults: the "
                              "parent's) from a checkpoint's weights, optimizer state and step")
+    parser.add_argument("--init-from-hf", metavar="HF_DIR",
+                        help="start a new run from the weights of a Hugging Face Llama/Mistral "
+                             "model directory (save_pretrained output); the model is its shape")
     add_config_options(parser)
     _collect_unknown_options(parser)
 
 
-def add_config_options(parser: argparse.ArgumentParser, sections: tuple[str, ...] = ()) -> None:
-    """A ``--section.key`` flag for every config option (only those ``sections`` if given),
-    with its help and default; `config_overrides` reads them back."""
+def add_config_options(parser: argparse.ArgumentParser, sections: tuple[str, ...] = (),
+                       keys: tuple[str, ...] = ()) -> None:
+    """A ``--section.key`` flag for every config option (only those of ``sections``, or only
+    the dotted ``keys``, if given), with its help, its default and, for an enumerated value,
+    its choices; grouped by section in ``--help``. `config_overrides` reads them back."""
     from snip.train.config import leaves
 
+    groups: dict[str, argparse._ArgumentGroup] = {}
     for leaf in leaves():
-        if sections and leaf.key.split(".")[0] not in sections:
+        section = leaf.key.split(".")[0]
+        if (sections and section not in sections) or (keys and leaf.key not in keys):
             continue
+        group = section if "." in leaf.key else "general"  # top-level keys such as seed
+        if group not in groups:
+            groups[group] = parser.add_argument_group(f"{group} options")
         kind = "BOOL" if leaf.type is bool else leaf.type.__name__.upper()
+        choices = leaf.choices
+        if choices:
+            kind = "{" + ",".join(choices) + "}"
         default = f"{leaf.default!r}" if leaf.type is str else str(leaf.default).lower() \
             if leaf.type is bool else str(leaf.default)
-        parser.add_argument(
+        groups[group].add_argument(
             f"--{leaf.key}", dest=f"{_PREFIX}{leaf.key}", default=argparse.SUPPRESS,
             metavar=kind, nargs="?" if leaf.type is bool else None,
             const="true" if leaf.type is bool else None,
@@ -86,7 +102,8 @@ def _unknown_option_error(options: list[str]) -> UserError:
     from snip.train.config import leaf_map
 
     bad = next((o for o in options if o.startswith("-")), options[0]).split("=")[0]
-    valid = ["--config", "--resume", "--init-from", *(f"--{k}" for k in leaf_map())]
+    valid = ["--config", "--resume", "--init-from", "--init-from-hf",
+             *(f"--{k}" for k in leaf_map())]
     close = difflib.get_close_matches(bad, valid, n=1, cutoff=0.5)
     hint = f"; did you mean {close[0]}?" if close else "; see snip train --help"
     return UserError(f"unknown option {bad}{hint}")
@@ -97,10 +114,17 @@ def run(args: argparse.Namespace) -> int:
 
     if getattr(args, _UNKNOWN, None):
         raise _unknown_option_error(getattr(args, _UNKNOWN))
-    overrides = config_overrides(args)
+    overrides, hooks = config_overrides(args), []
+    if getattr(args, "init_from_hf", None):
+        if args.resume or args.init_from:
+            raise UserError("--init-from-hf starts a new run: drop --resume/--init-from")
+        from snip.integrations.pretrained import init_from_hf
+
+        overrides, hook = init_from_hf(args.init_from_hf, overrides)
+        hooks.append(hook)
     cfg = from_sources(args.config, overrides, args.resume, args.init_from)
     try:
-        result = train(cfg, resume=args.resume, init_from=args.init_from)
+        result = train(cfg, resume=args.resume, init_from=args.init_from, hooks=hooks)
     except NonFiniteError as e:
         print(f"snip train: {e}", file=sys.stderr)
         _report(cfg)

@@ -15,6 +15,11 @@ A tokenizer maps text to integer ids in [0, vocab_size) and back. Two are built 
 
 Anything with the `Tokenizer` protocol's attributes works with the rest of `snip.data`;
 `load_tokenizer` turns a name, a JSON path or a `to_dict()` dict back into a tokenizer.
+
+`save_hf_tokenizer(tok, out)` writes either one the way `transformers` loads it
+(``tokenizer.json`` + ``tokenizer_config.json``: ``AutoTokenizer.from_pretrained(out)`` gives
+the same ids). The byte tokenizer becomes a byte-level BPE with no merges whose vocabulary maps
+GPT-2's printable stand-in for byte ``b`` to id ``b``: the ids are the UTF-8 bytes, as here.
 """
 
 from __future__ import annotations
@@ -179,3 +184,51 @@ def load_tokenizer(spec: str | Path | dict[str, Any] | Tokenizer = "byte") -> To
     if not isinstance(d, dict):
         raise UserError(f"tokenizer file {path} must hold a JSON object, not {type(d).__name__}")
     return tokenizer_from_dict(d)
+
+
+# --- Hugging Face transformers layout ----------------------------------------------------------
+
+
+def _byte_symbols() -> list[str]:
+    """GPT-2's printable stand-in character for each byte (what ByteLevel pre-tokenizing maps
+    byte ``b`` to), indexed by the byte."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("\xa1"), ord("\xac") + 1),
+            *range(ord("\xae"), ord("\xff") + 1)]
+    out, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            out[b] = chr(b)
+        else:
+            out[b], extra = chr(256 + extra), extra + 1
+    return [out[b] for b in range(256)]
+
+
+def hf_backend(tok: Tokenizer) -> Any:
+    """The `tokenizers.Tokenizer` that gives ``tok``'s ids (byte: a merge-free byte-level BPE)."""
+    if isinstance(tok, BPETokenizer):
+        return tok._tok
+    if not isinstance(tok, ByteTokenizer):
+        raise UserError(f"cannot write {tok!r} in the Hugging Face layout (byte or BPE only)")
+    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers import decoders, models, pre_tokenizers
+
+    vocab = {c: b for b, c in enumerate(_byte_symbols())}
+    backend = HFTokenizer(models.BPE(vocab=vocab, merges=[]))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    backend.decoder = decoders.ByteLevel()
+    return backend
+
+
+def save_hf_tokenizer(tok: Tokenizer, out: str | Path, model_max_length: int) -> list[Path]:
+    """``tokenizer.json`` and ``tokenizer_config.json`` in ``out`` for `transformers`
+    (``AutoTokenizer.from_pretrained(out)`` encodes to ``tok``'s ids); returns the paths."""
+    out = Path(out)
+    files = [out / "tokenizer.json", out / "tokenizer_config.json"]
+    hf_backend(tok).save(str(files[0]))
+    config: dict[str, Any] = {"tokenizer_class": "PreTrainedTokenizerFast",
+                              "model_max_length": model_max_length,
+                              "clean_up_tokenization_spaces": False}
+    if isinstance(tok, BPETokenizer):  # id 0 is a real special token there, not a byte
+        config["eos_token"] = EOT_TEXT
+    files[1].write_text(json.dumps(config, indent=1) + "\n")
+    return files

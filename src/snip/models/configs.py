@@ -139,7 +139,12 @@ def list_configs() -> list[str]:
 
 
 def get_config(name: str, **overrides: object) -> ModelConfig:
-    """The named configuration, with any field replaced by a keyword (validated again)."""
+    """The named configuration, with any field replaced by a keyword (validated again);
+    ``hf:DIR`` is the shape of the Hugging Face model directory DIR (`snip.models.hf`)."""
+    if name.startswith("hf:"):
+        from snip.models.hf import hf_dir_config
+
+        return dataclasses.replace(hf_dir_config(name[3:]), **overrides)
     if name not in _CONFIGS:
         raise UserError(f"unknown model config {name!r}; valid names: {', '.join(_CONFIGS)}")
     fields = {f.name for f in dataclasses.fields(ModelConfig)}

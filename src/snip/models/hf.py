@@ -24,36 +24,73 @@ The inverse, `to_hf_llama(model)` / `save_hf_llama(model, out)`, reads the same 
 and writes a `LlamaForCausalLM` directory (`config.json` + `model.safetensors`); it is what
 `snip export RUN --format hf` runs on a checkpoint.
 
-`transformers` is imported only inside these functions; without it they raise an ImportError
-that says how to install it.
+A Hugging Face model *directory* (``save_pretrained`` output: ``config.json`` plus
+``model.safetensors`` or its sharded index) is read without `transformers` at all:
+`hf_dir_config(dir)` is its `ModelConfig`, `hf_dir_state(dir)` its weights under our names. The
+model name ``hf:DIR`` (`snip.models.get_config`) is that shape, so ``snip train --init-from-hf
+DIR`` trains it and a later ``--resume`` rebuilds it (`snip.integrations.hf.init_from_hf`).
+
+`transformers` is imported only inside the functions that build HF modules; without it they
+raise an ImportError that says how to install it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import logging
+import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 
 import torch
 import torch.nn as nn
 
-from snip.errors import UserError
+from snip.errors import MissingFileError, UserError
 from snip.models.configs import ModelConfig
 from snip.models.llama import Transformer, build_model
 
+HF_PREFIX = "hf:"  # model name prefix: "hf:DIR" is the shape of the HF model directory DIR
+INSTALL_HINT = "pip install transformers"
 HF_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 GPT2_PROJECTIONS = ("c_attn", "c_proj", "c_fc")
 TINY_ARCHS = ("llama", "qwen2", "mistral", "gpt2")
 
 
+@contextlib.contextmanager
+def _quiet_imports() -> Iterator[None]:
+    """Silence what importing transformers' model classes drags in from an installed torchao
+    built for another torch or CUDA: "Failed to load ..._C*.so" (torchao's logger) and torch's
+    ``register_constant() on Enum subclasses is deprecated`` (``torch.utils._pytree``);
+    both are import-time noise, not errors of ours."""
+    loggers = [logging.getLogger(n) for n in ("torchao", "torch.utils._pytree")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)
+
+
 def _transformers() -> ModuleType:
     try:
-        import transformers
+        with _quiet_imports():
+            import transformers
+
+            transformers.LlamaForCausalLM  # noqa: B018  (resolves the lazy imports, quietly)
     except ImportError as e:
-        raise ImportError(
-            "this feature needs Hugging Face transformers: pip install 'snip[hf]'"
+        raise MissingDependencyError(
+            f"this needs Hugging Face transformers, which is not installed: {INSTALL_HINT}"
         ) from e
     return transformers
+
+
+class MissingDependencyError(UserError, ImportError):
+    """An optional package is needed and absent (one line in the CLI, exit 2)."""
 
 
 def tiny_hf_model(arch: str = "llama", seed: int = 0) -> nn.Module:
@@ -227,4 +264,81 @@ def save_hf_llama(model: Transformer, out: str | Path) -> Path:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     to_hf_llama(model).save_pretrained(out, safe_serialization=True)
+    umask = os.umask(0)
+    os.umask(umask)
+    for f in out.iterdir():  # safetensors writes its file 0600; give it the files' usual mode
+        if f.is_file():
+            f.chmod(0o666 & ~umask)
     return out
+
+
+# --- Hugging Face model directories, read without transformers --------------------------------
+
+
+def _dir_json(path: Path) -> dict:
+    f = Path(path) / "config.json"
+    if not f.is_file():
+        raise MissingFileError(f"{path} is not a Hugging Face model directory (no config.json)")
+    try:
+        d = json.loads(f.read_text())
+    except json.JSONDecodeError as e:
+        raise UserError(f"{f} is not valid JSON: {e}") from None
+    if not isinstance(d, dict):
+        raise UserError(f"{f} must hold a JSON object")
+    return d
+
+
+def hf_dir_config(path: str | Path) -> ModelConfig:
+    """Our ModelConfig for the Llama/Mistral model saved in ``path`` (its config.json)."""
+    d = _dir_json(Path(path))
+    d.setdefault("num_key_value_heads", d.get("num_attention_heads"))
+    d.setdefault("rms_norm_eps", 1e-6)
+    try:
+        return config_from_hf(SimpleNamespace(**d))
+    except AttributeError as e:
+        raise UserError(f"{path}/config.json lacks a field snip needs: {e}") from None
+
+
+def _weight_files(path: Path) -> list[Path]:
+    index = path / "model.safetensors.index.json"
+    if index.is_file():
+        names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        return [path / n for n in names]
+    if (path / "model.safetensors").is_file():
+        return [path / "model.safetensors"]
+    if any(path.glob("*.bin")):
+        raise UserError(f"{path} holds PyTorch .bin weights; snip reads safetensors: re-save "
+                        "the model with save_pretrained(dir, safe_serialization=True)")
+    raise MissingFileError(f"{path} has no model.safetensors (or its index)")
+
+
+def hf_dir_state(path: str | Path) -> dict[str, torch.Tensor]:
+    """The weights of the HF model directory ``path`` under our parameter names."""
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    cfg = hf_dir_config(path)
+    state: dict[str, torch.Tensor] = {}
+    for f in _weight_files(path):
+        for k, v in load_file(str(f)).items():
+            if "rotary_emb" not in k:
+                state[_rename(k)] = v
+    if cfg.tie_embeddings:
+        state.setdefault("output.weight", state["tok_embeddings.weight"])
+    return state
+
+
+def load_hf_dir(path: str | Path, model: Transformer) -> None:
+    """Copy the weights of the HF directory ``path`` into ``model`` (same shape; a converted,
+    quantized model too: its layers hold the same Parameters), in place."""
+    state = hf_dir_state(path)
+    own = model.state_dict()
+    missing = sorted(set(own) - set(state))
+    unexpected = sorted(set(state) - set(own))
+    wrong = [k for k in state if k in own and state[k].shape != own[k].shape]
+    if missing or unexpected or wrong:
+        raise UserError(f"{path} does not fit the model being trained (missing {missing[:3]}, "
+                        f"unexpected {unexpected[:3]}, other shapes {wrong[:3]})")
+    with torch.no_grad():
+        for k, v in state.items():
+            own[k].copy_(v)

@@ -1,7 +1,7 @@
 """``PrecisionPlan``: which format each GEMM of each linear layer uses.
 
 A plan is the planner's output and ``snip.convert``'s input.  It is a small, human-editable JSON
-file (DESIGN.md section 3, version 1)::
+file (schema version 1)::
 
     {"version": 1,
      "default": {"fprop": "bf16", "dgrad": "bf16", "wgrad": "bf16"},

@@ -4,7 +4,8 @@ No external CSS, scripts or image files, so the page can be mailed or attached a
 
 The page is a list of :class:`Section` (an anchor, a title, an HTML body).  :func:`sections`
 builds the standard ones -- summary (one row per run: its precision, final numbers, the
-difference from the baseline, projected GEMM time; the best run highlighted), repeats (mean and
+difference from the baseline, projected GEMM time; a recipe is marked best only when it beats
+the others by more than their seed spread, see :func:`pick_best`), repeats (mean and
 spread of runs that differ only in their seed), loss, precision (maps + the final plan per
 layer), speed, write-back, configuration (only the keys that differ) -- and ``write_report``
 accepts more (``extra_sections``), e.g. a ``snip compare`` table, inserted before the
@@ -37,7 +38,9 @@ font-variant-numeric:tabular-nums}tr.best td{background:#e3f4e1;font-weight:600}
 tr.base td{background:#eef3fb}img{max-width:100%;margin:.5em 0}.note{color:#8a1c1c;
 font-size:13px}pre{background:#f7f7f7;padding:1em;overflow-x:auto;font-size:12px}
 .plan td{font-size:10px;padding:1px 4px}.plan th{font-size:11px}.plan td.f{color:#fff}
-nav a{margin-right:1em}
+nav a{margin-right:1em}.wide{overflow-x:auto;max-width:100%}th{font-weight:600}
+tr.win td{background:#e3f4e1}tr.lose td{background:#fbe4e1}.warn{background:#fff4d6;
+border-left:4px solid #e0a800;padding:.5em 1em}.answer{font-size:15px}small{color:#666}
 .flex{display:flex;gap:1.5em;align-items:flex-start;flex-wrap:wrap}"""
 
 CPU_NOTE = ("Measured tokens/s is CPU emulation speed (fake quantization, then fp32 GEMMs), "
@@ -57,12 +60,17 @@ class Section:
     body: str
 
 
-def _fmt(v: Any) -> str:
+def fmt_number(v: Any) -> str:
+    """How numbers are shown: 4 significant digits, thousands separated (``31,950``, not
+    ``3.195e+04``); None and NaN as ``-``."""
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "-"
     if isinstance(v, float):
         return f"{v:,.4g}" if abs(v) < 1e4 else f"{v:,.0f}"
     return str(v)
+
+
+_fmt = fmt_number
 
 
 def summary(run: RunData) -> dict[str, Any]:
@@ -84,12 +92,6 @@ def summary(run: RunData) -> dict[str, Any]:
     }
 
 
-def _score(s: dict[str, Any]) -> float:
-    """Lower is better: final validation loss, else final training loss."""
-    v = s["final val loss"] if s["final val loss"] is not None else s["final train loss"]
-    return math.inf if v is None else v
-
-
 def _delta(v: float | None, base: float | None, pct: bool = False) -> str:
     if v is None or base is None:
         return "-"
@@ -98,37 +100,78 @@ def _delta(v: float | None, base: float | None, pct: bool = False) -> str:
     return f"{v - base:+.4f}"
 
 
-def _summary_section(runs: list[RunData], baseline: RunData) -> Section:
+def pick_best(groups: list[Group], baseline: RunData) -> tuple[Group | None, str]:
+    """The recipe to mark best, and the sentence that says why (or why none is).
+
+    A recipe is best only when the difference is larger than what seeds alone move: the
+    baseline and the best recipe must each have repeats (a single run has no known seed
+    spread), and the best mean must be lower than every other recipe's mean by more than the
+    two half-ranges together (the runner-up's, or the largest seen, if it is a single run)."""
+    if len(groups) < 2:
+        return None, ""
+    stats = {id(g): mean_spread([summary(r)["final val loss"] for r in g.runs]) for g in groups}
+    scored = sorted((g for g in groups if stats[id(g)][0] is not None),
+                    key=lambda g: stats[id(g)][0])
+    if len(scored) < 2:
+        return None, ""
+    base = next(g for g in groups if baseline in g.runs)
+    best, runner = scored[0], scored[1]
+    margin = stats[id(runner)][0] - stats[id(best)][0]
+    single = next((g for g in (base, best) if not g.repeated), None)
+    if single is not None:
+        role = "baseline" if single is base else "lowest"
+        return None, (f"No run is marked best: the {role} <b>{html.escape(single.name)}</b> is "
+                      "a single run, so its seed-to-seed spread is unknown and a difference "
+                      f"of {margin:.4f} nats between the two lowest cannot be told from noise;"
+                      " repeat it with other seeds (--seed N, --run.name NAME_sN).")
+    halves = [stats[id(g)][1] for g in groups if g.repeated]
+    noise = stats[id(best)][1] + (stats[id(runner)][1] if runner.repeated else max(halves))
+    if margin <= noise:
+        return None, (f"No run is marked best: <b>{html.escape(best.name)}</b> and "
+                      f"<b>{html.escape(runner.name)}</b> differ by {margin:.4f} nats in mean "
+                      f"final validation loss, within their seed spread ({noise:.4f}).")
+    return best, (f"<b>{html.escape(best.name)}</b> is marked best: its mean final validation "
+                  f"loss is {margin:.4f} nats below the next recipe "
+                  f"({html.escape(runner.name)}), more than their seed spread ({noise:.4f}).")
+
+
+def _table(head: list[str], rows: list[str]) -> str:
+    """A table that scrolls inside the page rather than running off its edge."""
+    return ("<div class=wide><table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>"
+            + "".join(rows) + "</table></div>")
+
+
+def _summary_section(runs: list[RunData], baseline: RunData,
+                     groups: list[Group] | None = None) -> Section:
     rows = {r.name: summary(r) for r in runs}
     times = {r.name: projected_gemm_time(r) for r in runs}
     base = rows[baseline.name]
-    best = min(rows, key=lambda n: _score(rows[n])) if len(runs) > 1 else None
+    several = len(runs) > 1
+    best_group, verdict = pick_best(groups or [Group(r.name, [r]) for r in runs], baseline)
+    best = {r.name for r in best_group.runs} if best_group else set()
     head = ["run", "precision", "steps", "final train loss", "final val loss",
-            f"&Delta; val vs {html.escape(baseline.name)}", "best val loss", "val ppl",
-            *(f"GEMM time ({p}, projected)" for p in PROFILES), "FP4 FLOP fraction",
-            "tokens/s (CPU)", "&Delta; tokens/s", "plans", "skipped", "time (s)"]
+            *([f"&Delta; val vs {html.escape(baseline.name)}"] if several else []),
+            *(f"GEMM time, {p} (projected)" for p in PROFILES), "FP4 FLOP share",
+            "tokens/s (CPU)", "plans", "skipped", "time (s)"]
     body = []
     for r in runs:
         s, t = rows[r.name], times[r.name] or {}
-        cls = "best" if r.name == best else "base" if r is baseline and len(runs) > 1 else ""
-        mark = " &#9733; best" if r.name == best else " (baseline)" if cls == "base" else ""
+        cls = "best" if r.name in best else "base" if r is baseline and several else ""
+        mark = " &#9733; best" if r.name in best else " (baseline)" if cls == "base" else ""
         cells = [f"{html.escape(r.name)}{mark}", html.escape(s["precision"])]
-        nums = [s["steps"], s["final train loss"], s["final val loss"]]
-        cells += [_fmt(v) for v in nums]
-        cells += [_delta(s["final val loss"], base["final val loss"]), _fmt(s["best val loss"]),
-                  _fmt(s["final val ppl"]), *(_fmt(t.get(p)) for p in PROFILES),
-                  _fmt(s["FP4 FLOP fraction (final)"]), _fmt(s["mean tokens/s"]),
-                  _delta(s["mean tokens/s"], base["mean tokens/s"], pct=True),
-                  _fmt(s["plans applied"]), _fmt(s["skipped steps"]), _fmt(s["train time (s)"])]
+        cells += [_fmt(v) for v in (s["steps"], s["final train loss"], s["final val loss"])]
+        if several:
+            cells.append(_delta(s["final val loss"], base["final val loss"]))
+        cells += [*(_fmt(t.get(p)) for p in PROFILES), _fmt(s["FP4 FLOP fraction (final)"]),
+                  _fmt(s["mean tokens/s"]), _fmt(s["plans applied"]), _fmt(s["skipped steps"]),
+                  _fmt(s["train time (s)"])]
         tds = "".join(f"<td>{c}</td>" if i < 2 else f"<td class=n>{c}</td>"
                       for i, c in enumerate(cells))
         body.append(f"<tr class='{cls}'>{tds}</tr>")
-    table = ("<table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>"
-             + "".join(body) + "</table>")
-    note = (f"<p>Differences are from the baseline <b>{html.escape(baseline.name)}</b>; the "
-            "best run (lowest final validation loss) is highlighted.</p>" if len(runs) > 1
-            else "")
-    return Section("summary", "Summary", table + note + f"<p class=note>{CPU_NOTE}</p>")
+    note = (f"<p>Differences are from the baseline <b>{html.escape(baseline.name)}</b>. "
+            f"{verdict}</p>" if several else "")
+    return Section("summary", "Summary", _table(head, body) + note
+                   + f"<p class=note>{CPU_NOTE}</p>")
 
 
 def _repeats_section(groups: list[Group], baseline: RunData) -> Section | None:
@@ -246,7 +289,7 @@ def sections(runs: list[RunData], plots: list[Path], *, baseline: RunData,
              groups: list[Group]) -> list[Section]:
     """The standard sections of a report, in page order (configuration last)."""
     made = [
-        _summary_section(runs, baseline),
+        _summary_section(runs, baseline, groups),
         _repeats_section(groups, baseline),
         Section("loss", "Loss", "".join(_img(p) for p in _plots(plots, "loss", "lr"))),
         _precision_section(runs, plots),
@@ -260,9 +303,10 @@ def sections(runs: list[RunData], plots: list[Path], *, baseline: RunData,
     return [s for s in made if s is not None]
 
 
-def page(runs: list[RunData], parts: list[Section]) -> str:
+def page(runs: list[RunData], parts: list[Section], title: str | None = None) -> str:
     """The whole HTML document."""
-    title = "snip run " + runs[0].name if len(runs) == 1 else f"snip: {len(runs)} runs compared"
+    title = title or ("snip run " + runs[0].name if len(runs) == 1
+                      else f"snip: {len(runs)} runs compared")
     nav = "<nav>" + "".join(f"<a href='#{s.anchor}'>{html.escape(s.title)}</a>"
                             for s in parts) + "</nav>"
     body = "".join(f"<h2 id='{s.anchor}'>{html.escape(s.title)}</h2>\n{s.body}\n" for s in parts)

@@ -2,7 +2,8 @@
 
 * :func:`precision_label` names a run's recipe the way people say it: ``"bf16"``, ``"mxfp4"``,
   ``"SNIP 75% fp4_e2m1_tile128 / fp8_e4m3_tile128"`` (adaptive: the budget, then the formats of
-  the final plan, narrowest first), ``"plan my_plan: nvfp4 / bf16"`` (a fixed plan file).
+  the final plan, narrowest first; a baseline planner is named by its method, ``"layer_type
+  75% ..."``, ``"random #3 75% ..."``), ``"plan my_plan: nvfp4 / bf16"`` (a fixed plan file).
 * :func:`format_colour` gives every preset its own colour within a family per element width
   (4-bit reds, 6-bit oranges, 8-bit blues, 16-bit greens, 32-bit grey): mxfp4, nvfp4 and
   fp4_e2m1_tile128 are different recipes and must not merge into one "4-bit" cell.
@@ -85,10 +86,13 @@ def _gemm_label(run: RunData) -> str:
     prec = run.config.get("precision", {})
     formats = final_formats(run)
     mode = prec.get("mode")
-    if mode == "adaptive":
+    if mode == "adaptive":  # SNIP is the ILP planner; the other methods are its baselines
         budget = prec.get("budget")
         share = f" {budget:.0%}" if isinstance(budget, int | float) else ""
-        return f"SNIP{share} " + (" / ".join(formats) or prec.get("preset", "?"))
+        method = prec.get("method", "ilp")
+        name = "SNIP" if method == "ilp" else f"{method}" + (
+            f" #{prec.get('plan_seed', 0)}" if method == "random" else "")
+        return f"{name}{share} " + (" / ".join(formats) or prec.get("preset", "?"))
     if prec.get("plan"):
         stem = str(prec["plan"]).rsplit("/", 1)[-1].removesuffix(".json")
         return f"plan {stem}: " + " / ".join(formats)

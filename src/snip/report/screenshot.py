@@ -1,12 +1,15 @@
 """Look at a report the way a reader does: a headless-browser screenshot of ``report.html``.
 
-    python -m snip.report.screenshot runs/NAME/report.html shot.png [--width 1250 --height 4200]
+    python -m snip.report.screenshot runs/NAME/report.html shot.png [--width 1280]
+                                             # the whole page; --height H cuts it at H px
 
 A PNG that matplotlib wrote is not yet a page that renders: CSS, the inlined images, table
 widths and wrapping only show in a browser.  This runs Chromium (or Chrome) headless -- on
-Debian ``apt-get install chromium`` -- and writes a full-width screenshot; open it and read it
-before calling a report change done.  ``tests/report/test_browser.py`` does the same and skips
-when no browser is installed.
+Debian ``apt-get install chromium`` -- and writes a full-width screenshot of the whole page
+(rendered in a tall window, then cropped below the last row that is not page background);
+open it and read it before calling a report change done.  Only this check needs a browser,
+never the report itself; without one it says so in one line.  ``tests/report`` does the same
+and skips when no browser is installed.
 """
 
 from __future__ import annotations
@@ -27,19 +30,42 @@ def find_browser() -> str | None:
     return next((b for b in map(shutil.which, BROWSERS) if b), None)
 
 
-def screenshot(html: str | Path, png: str | Path, *, width: int = 1250,
-               height: int = 4200, timeout: float = 120.0) -> Path:
-    """Render ``html`` in headless Chromium and save a ``width`` x ``height`` PNG."""
+FULL_PAGE_LIMIT = 16000  # px: the window a full-page shot renders in (pages are shorter)
+
+
+def screenshot(html: str | Path, png: str | Path, *, width: int = 1280,
+               height: int | None = None, timeout: float = 120.0) -> Path:
+    """Render ``html`` in headless Chromium and save a ``width`` px wide PNG: ``height`` px
+    tall, or (``None``) the whole page."""
+    if not Path(html).is_file():
+        raise MissingFileError(f"{html} does not exist")
     browser = find_browser()
     if browser is None:
         raise MissingFileError("no Chromium/Chrome on PATH (Debian: apt-get install chromium)")
     png = Path(png).resolve()
     cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-           f"--window-size={width},{height}", f"--screenshot={png}",
+           f"--window-size={width},{height or FULL_PAGE_LIMIT}", f"--screenshot={png}",
            Path(html).resolve().as_uri()]
     subprocess.run(cmd, check=True, capture_output=True, timeout=timeout)
     if not png.is_file():
         raise RuntimeError(f"{browser} wrote no screenshot to {png}")
+    if height is None:
+        crop_to_content(png)
+    return png
+
+
+def crop_to_content(png: Path, margin: int = 16) -> Path:
+    """Cut the rows below the page's last non-background row (background: the bottom row's
+    colour), keeping ``margin`` px."""
+    import numpy as np
+    from PIL import Image
+
+    with Image.open(png) as im:
+        img = np.asarray(im.convert("RGB"))
+        rows = np.flatnonzero((img != img[-1:, :1]).any(axis=(1, 2)))
+        bottom = min(len(img), int(rows[-1]) + 1 + margin) if len(rows) else len(img)
+        if bottom < len(img):
+            im.crop((0, 0, img.shape[1], bottom)).save(png)
     return png
 
 
@@ -47,10 +73,15 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("html")
     p.add_argument("png")
-    p.add_argument("--width", type=int, default=1250)
-    p.add_argument("--height", type=int, default=4200)
+    p.add_argument("--width", type=int, default=1280)
+    p.add_argument("--height", type=int, default=None,
+                   help="cut the page at this height (default: the whole page)")
     a = p.parse_args(argv)
-    print(screenshot(a.html, a.png, width=a.width, height=a.height))
+    try:
+        print(screenshot(a.html, a.png, width=a.width, height=a.height))
+    except MissingFileError as e:
+        print(f"screenshot: {e}", file=sys.stderr)
+        return 2
     return 0
 
 

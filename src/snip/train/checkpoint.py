@@ -10,6 +10,8 @@ A checkpoint is one directory ``checkpoints/step_<N>/`` (N = optimizer steps com
                         masters, the stochastic-rounding generator, audit counters
     plan.json           the precision plan in force
     config.toml         the run's resolved config
+    tokenizer.json      the tokenizer (`snip.data.load_tokenizer` reads it; `tokenizer_of`),
+                        so sampling and export need neither the corpus nor its tokenizer file
     meta.json           step, counters, model shape, tokenizer, and a manifest (size + sha256 of
                         every other file); written last
 
@@ -72,6 +74,10 @@ SHARDED = "sharded"  # the torch.distributed.checkpoint directory of a sharded c
 # Test hook: "STEP:SECONDS" sleeps inside the write of checkpoint STEP (after the weights are
 # written, before the rename), so a test can kill the process exactly there.
 PAUSE_ENV = "SNIP_CHECKPOINT_PAUSE"
+TOKENIZER_FILE = "tokenizer.json"
+# meta key under which the trainer hands over its tokenizer (``to_dict()``); `_finish` writes it
+# to TOKENIZER_FILE instead of meta.json
+TOKENIZER_META = "tokenizer_spec"
 
 
 class CheckpointError(UserError):
@@ -233,6 +239,10 @@ def _write(tmp: Path, step: int, *, model: nn.Module, optimizer: torch.optim.Opt
 
 def _finish(tmp: Path, step: int, meta: dict[str, Any]) -> None:
     """meta.json with the manifest of every file under ``tmp`` (written last), all fsynced."""
+    meta = dict(meta)
+    spec = meta.pop(TOKENIZER_META, None)
+    if spec is not None:
+        (tmp / TOKENIZER_FILE).write_text(json.dumps(spec))
     files = sorted(p for p in tmp.rglob("*") if p.is_file())
     manifest = {str(p.relative_to(tmp)): {"size": p.stat().st_size, "sha256": _sha256(p)}
                 for p in files}
@@ -478,6 +488,18 @@ def find(path: Path, flag: str = "--resume") -> Path:
         raise MissingFileError(f"{flag}: {path} has no checkpoints (expected "
                                f"{path / 'checkpoints'}/{PREFIX}<N>)")
     return found[-1]
+
+
+def tokenizer_of(path: Path) -> Any:
+    """The tokenizer a checkpoint holds (`snip.data.Tokenizer`); for a checkpoint written
+    before checkpoints held one, the byte tokenizer if that is what it records, else None."""
+    from snip.data import ByteTokenizer, load_tokenizer
+
+    f = Path(path) / TOKENIZER_FILE
+    if f.is_file():
+        return load_tokenizer(f)
+    recorded = str(verify(Path(path)).get("tokenizer", ""))
+    return ByteTokenizer() if recorded == "byte" or recorded.startswith("ByteTokenizer:") else None
 
 
 def load(path: Path) -> Checkpoint:

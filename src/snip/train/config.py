@@ -66,6 +66,22 @@ def opt(default: Any, help: str, **kw: Any) -> Any:
     return field(default=default, metadata={"help": help, **kw})
 
 
+def _methods() -> tuple[str, ...]:
+    from snip.planner.baselines import Method  # on demand: the planner imports scipy
+
+    return tuple(m.value for m in Method)
+
+
+def _terms() -> tuple[str, ...]:
+    from snip.sensitivity.table import Terms
+
+    return tuple(t.value for t in Terms)
+
+
+# values of precision.candidates given as a TOML list (["bf16", "mxfp4"]) are joined with ","
+LIST_KEYS = ("precision.candidates",)
+
+
 def _positive(key: str, value: float) -> None:
     if isinstance(value, bool) or not value > 0:
         raise UserError(f"{key} must be > 0, got {value!r}")
@@ -83,11 +99,17 @@ def _choice(key: str, value: str, choices: tuple[str, ...]) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class ModelSection:
-    name: str = opt("small", "model size from snip.models (tiny, small, tinyllama-1.1b, ...)")
+    name: str = opt("small", "model size from snip.models (tiny, small, tinyllama-1.1b, ...), "
+                             "or hf:DIR, the shape of a Hugging Face model directory")
 
     def __post_init__(self) -> None:
         from snip.models.configs import list_configs
 
+        if self.name.startswith("hf:"):  # a Hugging Face model directory: its config.json
+            from snip.models import get_config
+
+            get_config(self.name)
+            return
         if self.name not in list_configs():
             close = difflib.get_close_matches(self.name, list_configs(), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
@@ -125,7 +147,8 @@ class TrainSection:
     grad_accum: int = opt(1, "micro-steps per optimizer step (gradient accumulation)")
     lr: float = opt(3e-3, "peak learning rate")
     schedule: str = opt("cosine", "learning-rate decay after the warm-up: cosine, linear, "
-                                  "constant or wsd (stable, then linear decay over the last 20%)")
+                                  "constant or wsd (stable, then linear decay over the last 20%)",
+                        choices=lambda: tuple(s.value for s in Shape))
     min_lr_ratio: float = opt(0.1, "final learning rate as a fraction of lr (decay floor)")
     warmup_steps: int = opt(20, "linear warm-up steps")
     weight_decay: float = opt(0.1, "AdamW decoupled decay on matrices (not norms, embeddings, "
@@ -176,7 +199,8 @@ class TrainSection:
 @dataclass(frozen=True, kw_only=True)
 class PrecisionSection:
     mode: str = opt("adaptive", "'fixed' (one plan for the whole run) or 'adaptive' (SNIP: "
-                    "warm up in precision.preset, then re-plan every precision.every steps)")
+                    "warm up in precision.preset, then re-plan every precision.every steps)",
+                    choices=("fixed", "adaptive"))
     preset: str = opt("", f"apply this preset to every GEMM (empty: {DEFAULT_PRESET} unless "
                           "precision.plan is given)")
     plan: str = opt("", "precision plan JSON file (per layer, per GEMM)")
@@ -187,7 +211,8 @@ class PrecisionSection:
                           "made with --init-from)")
     method: str = opt("ilp", "adaptive: how the plan is chosen: ilp (SNIP) or a baseline at the "
                              "same budget (uniform, layer_id, layer_type, min_rel_err, random, "
-                             "oracle)")
+                             "oracle)",
+                      choices=_methods)
     per_gemm: bool = opt(False, "adaptive: choose the format of each GEMM (fprop, dgrad, wgrad) "
                                 "separately instead of one per layer")
     candidates: str = opt("", "adaptive: comma-separated candidate presets, high precision "
@@ -198,13 +223,14 @@ class PrecisionSection:
     ema_decay: float = opt(0.5, "adaptive: weight of the past tables in the running average "
                                 "the planner solves on (0: the newest table alone)")
     terms: str = opt("both", "adaptive: the planner's objective: both divergences (in nats), "
-                             "or only 'loss' or 'weight' (ablations)")
+                             "or only 'loss' or 'weight' (ablations)",
+                     choices=_terms)
     plan_seed: int = opt(0, "adaptive: seed of the random baseline's plan (one fixed plan per "
                             "seed, the same at every re-plan)")
     gemm: str = opt("emulated", "how the FP8 GEMMs run: emulated (fp32 GEMM on the dequantized "
                                 "operands, any device) or native (torch._scaled_mm on the FP8 "
                                 "codes; emulated with one warning where unsupported); kept "
-                                "across re-plans")
+                                "across re-plans", choices=("emulated", "native"))
 
     def __post_init__(self) -> None:
         _choice("precision.mode", self.mode, ("fixed", "adaptive"))
@@ -289,9 +315,11 @@ class DistSection:
     strategy: str = opt("ddp", "data parallelism when launched with torchrun: 'ddp' "
                                "(DistributedDataParallel: a full replica per rank) or 'fsdp' "
                                "(FSDP2 fully_shard per transformer block: parameters, gradients "
-                               "and optimizer state sharded; sharded checkpoints)")
+                               "and optimizer state sharded; sharded checkpoints)",
+                        choices=("ddp", "fsdp"))
     mixed_precision: str = opt("none", "fsdp: compute dtype of the gathered parameters, 'none' "
-                                       "(as stored) or 'bf16' (gradients reduced in fp32)")
+                                       "(as stored) or 'bf16' (gradients reduced in fp32)",
+                               choices=("none", "bf16"))
     cpu_offload: bool = opt(False, "fsdp: keep parameter shards, gradients and optimizer state "
                                    "in CPU memory (CUDA runs; slower, less GPU memory)")
     timeout: float = opt(300.0, "seconds a rank waits in a collective (gradient all-reduce, "
@@ -330,7 +358,8 @@ class WritebackSection:
                               "weights), or store the 2-D linear weights on the writeback.format "
                               "grid with 'rne', 'stochastic' (unbiased rounding), 'master' (fp32 "
                               "master copy), 'selective_master' (fp32 masters on the tiles of "
-                              "writeback.mask) or 'eco' (error feedback into Adam's momentum)")
+                              "writeback.mask) or 'eco' (error feedback into Adam's momentum)",
+                      choices=WRITEBACK_POLICIES)
     format: str = opt("e4m3", "storage grid of the managed weights: an element (e4m3, e5m2, "
                               "e2m1, bf16, any eXmY; scale 1) or a preset such as fp8_e4m3 "
                               "(block-scaled)")
@@ -390,12 +419,19 @@ class Config:
 
 @dataclass(frozen=True)
 class Leaf:
-    """One option: its dotted key, Python type, default and help text."""
+    """One option: its dotted key, Python type, default, help text and, for an enumerated
+    value, its choices (`choices`; computed on demand)."""
 
     key: str
     type: type
     default: Any
     help: str
+    raw_choices: Any = ()
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        c = self.raw_choices
+        return tuple(c() if callable(c) else c)
 
 
 def _is_section(tp: Any) -> bool:
@@ -411,7 +447,8 @@ def leaves(cls: type = Config, prefix: str = "") -> Iterator[Leaf]:
             yield from leaves(tp, f"{prefix}{f.name}.")
             continue
         default = f.default_factory() if f.default is dataclasses.MISSING else f.default
-        yield Leaf(f"{prefix}{f.name}", tp, default, f.metadata.get("help", ""))
+        yield Leaf(f"{prefix}{f.name}", tp, default, f.metadata.get("help", ""),
+                   f.metadata.get("choices", ()))
 
 
 def leaf_map() -> dict[str, Leaf]:
@@ -460,6 +497,9 @@ def coerce(key: str, value: Any, tp: type) -> Any:
             return number
     elif tp is str and isinstance(value, str):
         return value
+    elif tp is str and key in LIST_KEYS and isinstance(value, list) and all(
+            isinstance(v, str) for v in value):
+        return ",".join(value)
     raise UserError(f"{key} expects {tp.__name__}, got {value!r}")
 
 

@@ -8,6 +8,10 @@ The run's own settings come from the checkpoint's ``config.toml``; ``overrides``
 evaluation at another corpus (``data.path``; it must use the run's tokenizer) or run it in
 another precision (``precision.preset`` or ``precision.plan``; otherwise the checkpoint's plan).
 Nothing is written.
+
+The checkpoint carries its tokenizer (`snip.train.checkpoint.tokenizer_of`): when the run's
+tokenizer file is gone, that copy is used; and generation (``need_data=False``, what ``snip
+sample`` asks for) works even when the training corpus is gone too.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import torch
 from safetensors import SafetensorError
 from torch import nn
 
-from snip.errors import UserError
+from snip.errors import MissingFileError, UserError
 from snip.models import build_model
 from snip.nn import convert
 from snip.plan import PrecisionPlan
@@ -39,7 +43,7 @@ class Loaded:
 
     cfg: C.Config
     model: nn.Module
-    data: Batches
+    data: Batches  # dataset None when loaded without data (need_data=False, corpus gone)
     plan: PrecisionPlan
     step: int
     path: Path
@@ -57,7 +61,8 @@ class Loaded:
     def sample(self, prompt: str, tokens: int = 200, temperature: float = 0.8, top_k: int = 0,
                seed: int = 0) -> str:
         """Continue ``prompt`` by ``tokens`` tokens (temperature 0: greedy)."""
-        tok = self.data.dataset.tokenizer
+        tok = (self.data.dataset.tokenizer if self.data.dataset is not None
+               else checkpoint.tokenizer_of(self.path))
         if tok is None:
             raise UserError("this run was trained on pre-tokenized .bin data: there is no "
                               "tokenizer to turn text into tokens and back")
@@ -83,15 +88,16 @@ class Loaded:
 
 
 def load(source: Path, overrides: Mapping[str, Any] | None = None,
-         flag: str = "RUN") -> Loaded:
+         flag: str = "RUN", need_data: bool = True) -> Loaded:
     """The model of ``source`` (a run directory: its newest checkpoint; or a checkpoint).
+    ``need_data=False``: a missing corpus is no error (generation needs only the tokenizer).
 
     A run that is training may rotate its newest checkpoint away while it is read: then the
     new newest one is read instead (a live checkpoint is never called corrupt)."""
     for _ in range(ROTATION_RETRIES):
         path = checkpoint.find(Path(source), flag)
         try:
-            return _load(path, overrides, flag)
+            return _load(path, overrides, flag, need_data)
         except (checkpoint.CheckpointError, OSError, SafetensorError):
             if path.is_dir() or path == Path(source):
                 raise  # really damaged (or the very checkpoint named is gone)
@@ -102,12 +108,24 @@ def load(source: Path, overrides: Mapping[str, Any] | None = None,
 ROTATION_RETRIES = 5
 
 
-def _load(path: Path, overrides: Mapping[str, Any] | None, flag: str) -> Loaded:
-    overrides = dict(overrides or {})
-    cfg = C.from_sources(overrides={"run.name": "inference", **overrides}, init_from=path)
+def _load(path: Path, overrides: Mapping[str, Any] | None, flag: str,
+          need_data: bool) -> Loaded:
+    overrides = {"run.name": "inference", **(overrides or {})}
+    cfg = C.from_sources(overrides=overrides, init_from=path)
+    held = path / checkpoint.TOKENIZER_FILE
+    if (cfg.data.tokenizer != "byte" and not Path(cfg.data.tokenizer).is_file()
+            and held.is_file() and "data.tokenizer" not in overrides):
+        cfg = C.from_sources(overrides={**overrides, "data.tokenizer": str(held)},
+                             init_from=path)  # the run's tokenizer file is gone: its copy
     device = pick_device(cfg.train.device)
-    data = open_data(cfg.data, order_seed(cfg))
     ckpt = checkpoint.load(path)
+    try:
+        data = open_data(cfg.data, order_seed(cfg))
+    except MissingFileError:
+        if need_data:
+            raise
+        data = Batches(dataset=None, vocab_size=int(ckpt.meta["vocab_size"]),  # type: ignore
+                       tokenizer=str(ckpt.meta["tokenizer"]))
     mcfg = model_config(cfg, data)
     check_compatible(ckpt, mcfg.to_dict(), data.tokenizer, flag)
     own = not any(k.startswith("precision.") for k in overrides)

@@ -52,7 +52,6 @@ from typing import Any
 
 import torch
 from torch import nn
-from tqdm import tqdm
 
 from snip.errors import UserError
 from snip.formats.scaling import RowShard
@@ -64,7 +63,14 @@ from snip.train import config as C
 from snip.train import writeback as wb
 from snip.train.batches import Batch, Batches, open_data
 from snip.train.evaluation import EvalResult, autocast, evaluate
-from snip.train.metrics import MetricsLog, check_tensorboard, progress_bar, truncate_after
+from snip.train.metrics import (
+    COMPILE_NOTE,
+    MetricsLog,
+    Progress,
+    check_tensorboard,
+    kernels_compiled,
+    truncate_after,
+)
 from snip.train.precision import explicit, initial_plan, make_controller
 from snip.train.schedule import Schedule, Shape
 
@@ -367,6 +373,8 @@ class Trainer:
                 "strategy": self.strategy.value if self.dist.enabled else "none",
                 "model": dict(self.model.config.to_dict()), "tokenizer": self.data.tokenizer,
                 "vocab_size": self.data.vocab_size, "schedule": self.schedule.to_dict()}
+        tok = self.data.dataset.tokenizer  # the checkpoint carries it (None: .bin token data)
+        meta[checkpoint.TOKENIZER_META] = tok.to_dict() if tok is not None else None
         state = self.controller.state_dict() if self.controller is not None else None
         writeback = self.writeback.state_dict() if self.writeback is not None else None
         if self.fsdp:  # every rank writes its shards
@@ -476,7 +484,7 @@ class Trainer:
 
     # -- step boundary ---------------------------------------------------------------------------
 
-    def evaluate(self, bar: tqdm | None = None) -> EvalResult:
+    def evaluate(self, bar: Progress | None = None) -> EvalResult:
         """Validate now (with the plan and in high precision), log it and tell the hooks."""
         r = evaluate(self.model, self.eval_data, self.device, self.step_count, self.cfg.train.bf16)
         self.log.log("eval", r.step, val_loss=r.loss, val_loss_hp=r.loss_hp, ppl=r.ppl)
@@ -487,7 +495,7 @@ class Trainer:
             h.on_eval(self, r)
         return r
 
-    def record_plan(self, previous: PrecisionPlan | None, bar: tqdm | None = None) -> float:
+    def record_plan(self, previous: PrecisionPlan | None, bar: Progress | None = None) -> float:
         """Save the plan in force from now on; returns its FP4-FLOP fraction."""
         step = self.step_count
         full = explicit(self.plan, self.model, step)
@@ -503,7 +511,7 @@ class Trainer:
                           f"{frac:.3f}, {changes} GEMM formats changed")
         return frac
 
-    def replan(self, bar: tqdm | None = None) -> bool:
+    def replan(self, bar: Progress | None = None) -> bool:
         """Ask the controller for a plan now; apply and record it if there is one."""
         if self.controller is None:
             return False
@@ -566,7 +574,9 @@ class Trainer:
         cfg, t = self.cfg, self.cfg.train
         end = t.steps if until is None else min(until, t.steps)
         result = RunResult(run_dir=self.dir, step=self.step_count)
-        bar = progress_bar(t.steps, self.step_count, cfg.log.progress and self.dist.is_main)
+        bar = Progress(t.steps, self.step_count, bar=cfg.log.progress, main=self.dist.is_main)
+        if self.dist.is_main and self.step_count < end and not kernels_compiled():
+            bar.write(COMPILE_NOTE)
         for h in self.hooks:
             h.on_start(self)
         self._warn_if_never_replanned(end)

@@ -133,7 +133,86 @@ def truncate_after(path: Path, step: int) -> None:
         raise disk_error(e, path, len(text)) from None
 
 
-def progress_bar(total: int, initial: int, enabled: bool) -> tqdm:
-    """Steps done / total with ETA; the loop sets loss and tokens/s as the postfix."""
-    return tqdm(total=total, initial=initial, disable=not enabled, unit="step",
-                dynamic_ncols=True, leave=True)
+class Progress:
+    """What a run shows while it trains.
+
+    On a terminal with ``log.progress`` on: a tqdm bar (steps, ETA, loss and tokens/s), created
+    after the first step, so that step's one-time kernel compilation is not read as the pace.
+    Otherwise -- ``log.progress false``, or stderr redirected to a file, which must not fill up
+    with bar redraws -- one line per logging interval on stdout:
+    ``step 20/200  loss 3.153  tok_s 31,950  eta 0:42``.  ``write`` prints a line either way."""
+
+    def __init__(self, total: int, initial: int, *, bar: bool, main: bool = True,
+                 terminal: bool | None = None) -> None:
+        import sys
+        import time
+
+        self.total, self.done, self.main = total, initial, main
+        self.use_bar = main and bar and (sys.stderr.isatty() if terminal is None else terminal)
+        self._bar: tqdm | None = None
+        self._clock, self._t0, self._n0 = time.perf_counter, None, initial
+
+    def update(self, n: int = 1) -> None:
+        self.done += n
+        if self._t0 is None:  # the pace counts from the end of the first step
+            self._t0, self._n0 = self._clock(), self.done
+        if self.use_bar:
+            if self._bar is None:
+                self._bar = tqdm(total=self.total, initial=self.done, unit="step",
+                                 dynamic_ncols=True, leave=True)
+            else:
+                self._bar.update(n)
+
+    def set_postfix(self, **values: str) -> None:
+        """The numbers of this logging interval: the bar's postfix, or one line."""
+        if self._bar is not None:
+            self._bar.set_postfix(**values)
+        elif self.main:
+            parts = [f"step {self.done}/{self.total}", *(f"{k} {v}" for k, v in values.items())]
+            eta = self.eta()
+            print("  ".join(parts + ([f"eta {eta}"] if eta else [])), flush=True)
+
+    def eta(self) -> str:
+        """Time left at the pace since the first step ('' before it is known, and at the end)."""
+        if self._t0 is None or self.done <= self._n0 or self.done >= self.total:
+            return ""
+        left = (self._clock() - self._t0) / (self.done - self._n0) * (self.total - self.done)
+        minutes, seconds = divmod(int(left), 60)
+        return f"{minutes // 60}:{minutes % 60:02d}:{seconds:02d}" if minutes >= 60 else \
+            f"{minutes}:{seconds:02d}"
+
+    def write(self, line: str) -> None:
+        if self._bar is not None:
+            self._bar.write(line)
+        else:
+            print(line, flush=True)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+def kernels_compiled() -> bool:
+    """Whether numba's on-disk cache already holds snip's fused kernels (the first run on a
+    machine compiles them: 20-30 s in its first step).  True when the kernels are off."""
+    import importlib.util
+
+    if os.environ.get("SNIP_FAST", "1") == "0" or importlib.util.find_spec("numba") is None:
+        return True
+    spec = importlib.util.find_spec("snip.formats.fast")
+    if spec is None or spec.origin is None:
+        return True
+    here = Path(spec.origin).parent
+    dirs = [here / "__pycache__"]
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        dirs += [p.parent for p in Path(os.environ["NUMBA_CACHE_DIR"]).rglob("fast.*.nbi")]
+    return any(any(d.glob("fast.*.nbi")) for d in dirs if d.is_dir())
+
+
+COMPILE_NOTE = ("compiling kernels, once per machine (numba, about 20-30 s in the first step; "
+                "later runs reuse the cache)")
+
+
+def progress_bar(total: int, initial: int, enabled: bool) -> Progress:
+    """A `Progress` with a bar when ``enabled`` (kept for callers of the old name)."""
+    return Progress(total, initial, bar=enabled)
