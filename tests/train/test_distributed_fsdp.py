@@ -105,7 +105,8 @@ def test_fsdp_two_ranks_match_one_process(tiny: dict, tmp_path: Path,
     ckpt = checkpoint.load(checkpoint.find(runs / "fsdp"))
     assert ckpt.sharded and ckpt.meta["strategy"] == "fsdp" and ckpt.meta["world_size"] == 2
     assert any(name.startswith("sharded/") for name in ckpt.meta["files"])
-    other = {**settings, "run.name": "other", "model.name": "tiny-deep", "dist.strategy": "ddp"}
+    other = {**settings, "run.name": "other", "model.name": "tiny-deep", "dist.strategy": "ddp",
+             "train.steps": 8}
     with pytest.raises(UserError, match="different model shape"):
         train(from_sources(overrides=other, init_from=ckpt.path), init_from=ckpt.path)
     assert main(["train", "--resume", str(runs / "fsdp"), "--dist.strategy", "ddp",
