@@ -4,11 +4,13 @@ One step is forward, cross-entropy loss, backward and an AdamW update of
 :func:`snip.models.build_model`'s decoder on random tokens.  The baseline is plain PyTorch fp32
 (the model never touched by ``snip.convert``); every other arm is the same model (same init)
 converted to one preset (all three GEMMs of every linear layer but the LM head), or plain
-PyTorch under ``torch.autocast(bfloat16)``.  Because the machine is shared, all arms run in one
-process, interleaved: each round runs one step of every arm in turn, and an arm's figure is the
-median over rounds of its step time divided by the fp32 step of the same round.  Both clocks are
-kept: wall time, and this process's CPU time (``time.process_time``), which at 1 thread is the
-load-insensitive figure on a shared machine (at 2 threads it includes OpenMP spin-waits).
+PyTorch under ``torch.autocast(bfloat16)``, or converted with every GEMM in fp32 (``snip_fp32``:
+what snip's layer costs by itself, with nothing quantized).  Because the machine is shared, all
+arms run in one process, interleaved: each round runs one step of every arm in turn, and an
+arm's figure is the median over rounds of its step time divided by the fp32 step of the same
+round.  Both clocks are kept: wall time, and this process's CPU time (``time.process_time``),
+which at 1 thread is the load-insensitive figure on a shared machine (at 2 threads it includes
+OpenMP spin-waits).
 
 Models: ``tiny-deep`` (dim 64, 6 blocks, 1024 tokens per step), ``small`` (dim 128, 4 blocks,
 4096 tokens) and ``w256`` (dim 256, 8 blocks, ffn 704, 4096 tokens; built through
@@ -72,7 +74,9 @@ class Arm:
         torch.manual_seed(0)
         model = build_model(model_config(model_name))
         self.autocast = arm == "bf16_autocast"
-        if arm not in ("fp32", "bf16_autocast"):
+        if arm == "snip_fp32":  # converted, all GEMMs fp32: the cost of the layer itself
+            convert(model, "fp32")
+        elif arm not in ("fp32", "bf16_autocast"):
             convert(model, arm)
         self.model = model
         self.fwd: Callable = torch.compile(model) if compiled else model
@@ -124,7 +128,7 @@ def batch_for(model_name: str) -> tuple[torch.Tensor, torch.Tensor]:
 
 def bench_model(name: str, rounds: int, warmup: int, presets: list[str]) -> dict:
     batch = batch_for(name)
-    arms = {a: Arm(name, a, batch) for a in ["fp32", "bf16_autocast", *presets]}
+    arms = {a: Arm(name, a, batch) for a in ["fp32", "bf16_autocast", "snip_fp32", *presets]}
     res = interleaved(arms, rounds, warmup)
     b, t = SHAPES[name]
     return {"tokens_per_step": b * t, "batch": b, "seq": t, "arms": res}

@@ -185,6 +185,8 @@ def _quantize(
     if x.numel() == 0 or spec.is_identity and x.dtype == torch.float32:
         return x.clone()
     if spec.scaling is Scaling.NONE:
+        if fast.bf16_roundable(x, spec, mode):
+            return fast.round_bf16(x)
         return cast(x, spec.element, mode, saturate=True, generator=gen,
                     counters=_flat_counters(x, mode, shard))
     if fast.fusable(x, spec, mode):

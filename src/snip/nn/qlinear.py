@@ -108,11 +108,17 @@ class QLinear(nn.Linear):
         weight = self.linear_weight()
         if not self.enabled:
             return F.linear(x, weight, self.bias)
-        cfg = GemmConfig(specs=self.specs, seed=self.seed, step=self.step, save=self.save,
-                         accum=self.accum, out_dtype=autocast_dtype(x),
-                         gemm=getattr(self, "gemm", GemmImpl.EMULATED),
-                         strict=getattr(self, "gemm_strict", False),
-                         tokens=getattr(self, "tokens", None))
+        key = (self.specs, self.seed, self.save, self.accum, autocast_dtype(x),
+               getattr(self, "gemm", GemmImpl.EMULATED), getattr(self, "gemm_strict", False),
+               getattr(self, "tokens", None))
+        cached = self.__dict__.get("_cfg")
+        if cached is None or cached[0] != key:  # validated once per setting, not per call
+            specs, seed, save, accum, out_dtype, gemm, strict, tokens = key
+            cached = (key, GemmConfig(specs=specs, seed=seed, save=save, accum=accum,
+                                      out_dtype=out_dtype, gemm=gemm, strict=strict,
+                                      tokens=tokens))
+            self.__dict__["_cfg"] = cached
+        cfg = cached[1].at_step(self.step)
         self.step += 1
         record = SavedBytes()
         y = quantized_linear(x, weight, self.bias, cfg, record)
