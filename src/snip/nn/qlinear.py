@@ -108,6 +108,13 @@ class QLinear(nn.Linear):
         weight = self.linear_weight()
         if not self.enabled:
             return F.linear(x, weight, self.bias)
+        return self._quantized(x, weight)
+
+    @torch.compiler.disable
+    def _quantized(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """The quantized call, outside ``torch.compile``'s graphs (one graph break per layer):
+        the numba kernels and the per-step seeds run eagerly, bit for bit as without compile,
+        and the step counter advances without a recompile."""
         key = (self.specs, self.seed, self.save, self.accum, autocast_dtype(x),
                getattr(self, "gemm", GemmImpl.EMULATED), getattr(self, "gemm_strict", False),
                getattr(self, "tokens", None))
