@@ -25,6 +25,7 @@ Entry-point contracts (the same on the fast numba path and the torch reference p
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -100,11 +101,13 @@ def grid_values(
     return _grid(_working(x), spec, axis, mode, gen, dequant=False, shard=shard)
 
 
-def _counters(layout: BlockLayout, rounding: Rounding, shard: RowShard | None) -> Counters:
-    """The SR counters of ``layout``'s blocks view (only stochastic rounding draws any)."""
+def _counters(layout: BlockLayout | Callable[[], BlockLayout], rounding: Rounding,
+              shard: RowShard | None) -> Counters:
+    """The SR counters of ``layout``'s blocks view (only stochastic rounding draws any);
+    ``layout`` may be a function making it, called only when needed."""
     if shard is None or rounding is not Rounding.STOCHASTIC:
         return DEFAULT_COUNTERS
-    return layout.counters(shard)
+    return (layout if isinstance(layout, BlockLayout) else layout()).counters(shard)
 
 
 def _flat_counters(x: torch.Tensor, rounding: Rounding, shard: RowShard | None) -> Counters:
@@ -185,11 +188,13 @@ def _quantize(
     if x.numel() == 0 or spec.is_identity and x.dtype == torch.float32:
         return x.clone()
     if spec.scaling is Scaling.NONE:
+        if fast.bf16_roundable(x, spec, mode):
+            return fast.round_bf16(x)
         return cast(x, spec.element, mode, saturate=True, generator=gen,
                     counters=_flat_counters(x, mode, shard))
     if fast.fusable(x, spec, mode):
         return fast.quantize_fused(x, spec, axis, mode, gen,
-                                   _counters(BlockLayout.of(x, spec, axis), mode, shard))
+                                   _counters(lambda: BlockLayout.of(x, spec, axis), mode, shard))
     xf = _working(x)
     if spec.hadamard:
         xf = rht(xf, spec.hadamard, spec.hadamard_seed, axis)

@@ -67,12 +67,13 @@ import enum
 import functools
 import hashlib
 import os
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import torch
 
 from snip.errors import UserError
-from snip.formats import QTensor, QuantSpec, Rounding, ScaleFormat, Scaling, encode, quantize
+from snip.formats import QTensor, QuantSpec, Rounding, ScaleFormat, Scaling, encode, fast, quantize
 from snip.formats.scaling import RowShard
 from snip.nn.native import (
     Fp8Operand,
@@ -168,6 +169,13 @@ class GemmConfig:
         object.__setattr__(self, "accum", Accum(self.accum))
         object.__setattr__(self, "gemm", as_gemm_impl(self.gemm))
 
+    def at_step(self, step: int) -> GemmConfig:
+        """This config at another step, without re-validating the fields (a per-call copy)."""
+        c = object.__new__(GemmConfig)
+        c.__dict__.update(self.__dict__)
+        c.__dict__["step"] = step
+        return c
+
 
 @dataclass
 class SavedBytes:
@@ -191,8 +199,24 @@ def quantize_operand(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Roun
     x = x.float()
     if spec.is_identity:
         return x
+    if fast.bf16_roundable(x, spec, rounding):  # the bf16 preset: one pass, no block layout
+        return fast.round_bf16(x)
     gen = seed if rounding is Rounding.STOCHASTIC else None
     return quantize(x, spec, axis=axis, rounding=rounding, generator=gen, shard=tokens)
+
+
+def _seed(cfg: GemmConfig, gemm: Gemm, operand: Operand, rounding: Rounding) -> int:
+    """The operand's SR seed, or 0 where it rounds to nearest (no draw: the hash is skipped)."""
+    if rounding is Rounding.STOCHASTIC:
+        return operand_seed(cfg.seed, cfg.step, gemm, operand)
+    return 0
+
+
+def _no_autocast(device: torch.device):
+    """Autocast off inside the Function (a no-op context when it is off already: ~20 us)."""
+    if torch.is_autocast_enabled(device.type):
+        return torch.autocast(device.type, enabled=False)
+    return nullcontext()
 
 
 def encode_operand(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Rounding,
@@ -200,6 +224,26 @@ def encode_operand(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Roundi
     """Like :func:`quantize_operand`, but keep real packed storage."""
     gen = seed if rounding is Rounding.STOCHASTIC else None
     return encode(x.float(), spec, axis=axis, rounding=rounding, generator=gen, shard=tokens)
+
+
+def _axis_free_rne(a: QuantSpec, b: QuantSpec, rounding: str) -> bool:
+    """True when quantizing one operand with ``a`` along one axis equals quantizing it with
+    ``b`` along the other: the same spec, a scale that does not depend on the axis (none, or
+    one per tensor), round-to-nearest-even (no per-GEMM stochastic stream), no rotation."""
+    return (a == b and not a.is_identity and a.scaling in (Scaling.NONE, Scaling.TENSOR)
+            and not a.hadamard and getattr(a, rounding) is Rounding.RNE)
+
+
+def input_reusable(fprop: QuantSpec, wgrad: QuantSpec) -> bool:
+    """True when ``Q_fprop(X)`` along in_features equals ``Q_wgrad(X)`` along tokens (bf16, or
+    one tensor scale, with the same spec): fprop's quantized ``X`` is then saved for wgrad."""
+    return _axis_free_rne(fprop, wgrad, "rounding")
+
+
+def grad_reusable(dgrad: QuantSpec, wgrad: QuantSpec) -> bool:
+    """True when ``Q_dgrad(dY)`` along out_features equals ``Q_wgrad(dY)`` along tokens:
+    ``dY`` is then quantized once for both backward GEMMs."""
+    return _axis_free_rne(dgrad, wgrad, "grad_rounding")
 
 
 def weight_reusable(fprop: QuantSpec, dgrad: QuantSpec) -> bool:
@@ -239,6 +283,7 @@ class _Saved:
         self.x: torch.Tensor | QTensor | None = None
         self.w: torch.Tensor | QTensor | None = None
         self.w_quantized = False
+        self.x_quantized = False  # x is already Q_wgrad(X) (reused from fprop)
         self.dy: tuple[QuantSpec, Fp8Operand] | None = None  # native: dY codes shared by GEMMs
 
     def keep(self, name: str, value: torch.Tensor | QTensor, *, weight: bool,
@@ -256,6 +301,7 @@ class _Saved:
                                 for v in (self.x, self.w)))
         ctx.packed = tuple(None if isinstance(v, torch.Tensor) else v for v in (self.x, self.w))
         ctx.w_quantized = self.w_quantized
+        ctx.x_quantized = self.x_quantized
         ctx.native = self.native
         self.x = self.w = None
 
@@ -266,6 +312,7 @@ class _Saved:
         px, pw = ctx.packed
         saved.x, saved.w = px if tx is None else tx, pw if tw is None else tw
         saved.w_quantized = ctx.w_quantized
+        saved.x_quantized = ctx.x_quantized
         return saved
 
 
@@ -279,7 +326,10 @@ def _fprop_weight(weight: torch.Tensor, saved: _Saved, keep: bool) -> torch.Tens
     """``Q_fprop(W)``; with ``keep``, also decides what backward keeps of ``W``."""
     cfg, s = saved.cfg, saved.cfg.specs
     f, d = s.fprop.for_weight(), s.dgrad.for_weight()
-    seed = operand_seed(cfg.seed, cfg.step, Gemm.FPROP, Operand.WEIGHT)
+    if cfg.save is SaveMode.ENCODED:
+        seed = operand_seed(cfg.seed, cfg.step, Gemm.FPROP, Operand.WEIGHT)
+    else:
+        seed = _seed(cfg, Gemm.FPROP, Operand.WEIGHT, f.rounding)
     if not keep:
         return quantize_operand(weight, f, -1, f.rounding, seed)
     if d.is_identity:
@@ -301,9 +351,15 @@ def _fprop_weight(weight: torch.Tensor, saved: _Saved, keep: bool) -> torch.Tens
     return wq
 
 
-def _save_input(x2: torch.Tensor, saved: _Saved) -> None:
+def _save_input(x2: torch.Tensor, saved: _Saved, xq: torch.Tensor | None = None) -> None:
+    """What wgrad gets of ``X``; ``xq`` (fprop's ``Q(X)``) is kept instead of ``X`` when it is
+    also wgrad's operand (:func:`input_reusable`) and takes the same bytes (fp32 ``X``)."""
     cfg, w = saved.cfg, saved.cfg.specs.wgrad
-    if cfg.save is SaveMode.ENCODED and not w.is_identity:
+    if (xq is not None and cfg.save is SaveMode.HP and x2.dtype == torch.float32
+            and input_reusable(cfg.specs.fprop, w)):
+        saved.keep("input", xq, weight=False)
+        saved.x_quantized = True
+    elif cfg.save is SaveMode.ENCODED and not w.is_identity:
         seed = operand_seed(cfg.seed, cfg.step, Gemm.WGRAD, Operand.INPUT)
         saved.keep("input_wgrad", encode_operand(x2, w, 0, w.rounding, seed, cfg.tokens),
                    weight=False)
@@ -318,17 +374,17 @@ class QuantizedLinearFn(torch.autograd.Function):
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                 cfg: GemmConfig, record: SavedBytes | None, needs_backward: bool) -> torch.Tensor:
         native = cfg.gemm is GemmImpl.NATIVE and resolve_native(x.device, cfg.strict)
-        with torch.autocast(x.device.type, enabled=False):
+        with _no_autocast(x.device):
             x2 = x.reshape(-1, x.shape[-1])
             saved = _Saved(cfg, native)
             y = _native_fprop(x2, weight, bias, saved, needs_backward) if native else None
             if y is None:
                 wq = _fprop_weight(weight, saved, needs_backward)
-                if needs_backward:
-                    _save_input(x2, saved)
                 f = cfg.specs.fprop
-                xseed = operand_seed(cfg.seed, cfg.step, Gemm.FPROP, Operand.INPUT)
+                xseed = _seed(cfg, Gemm.FPROP, Operand.INPUT, f.rounding)
                 xq = quantize_operand(x2, f, -1, f.rounding, xseed, cfg.tokens)
+                if needs_backward:
+                    _save_input(x2, saved, xq)
                 y = matmul(xq, wq.t(), cfg.accum, bias)
         ctx.cfg = cfg
         saved.stash(ctx)
@@ -344,15 +400,19 @@ class QuantizedLinearFn(torch.autograd.Function):
         cfg = ctx.cfg
         saved = _Saved.unstash(ctx, cfg)
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
-        with torch.autocast(dy.device.type, enabled=False):
+        with _no_autocast(dy.device):
             dy2 = dy.reshape(-1, dy.shape[-1])
             # native GEMMs quantize a bf16 dY as is (same bits: the scale multiply promotes)
             dy2 = dy2 if saved.native else dy2.float()
             dx = dw = db = None
+            s = cfg.specs
+            dyq = None  # Q(dY) shared by dgrad and wgrad (grad_reusable)
+            if need_x and need_w and not saved.native and grad_reusable(s.dgrad, s.wgrad):
+                dyq = _grad_output(dy2, cfg, Gemm.DGRAD, -1)
             if need_x:
-                dx = _dgrad(dy2, saved).reshape(x_shape).to(x_dtype)
+                dx = _dgrad(dy2, saved, dyq).reshape(x_shape).to(x_dtype)
             if need_w:
-                dw = _wgrad(dy2, saved).to(w_dtype)
+                dw = _wgrad(dy2, saved, dyq).to(w_dtype)
             if need_b and b_dtype is not None:
                 db = dy2.float().sum(0).to(b_dtype)
         ctx.packed = None  # free the packed operands as soon as they are used
@@ -361,12 +421,12 @@ class QuantizedLinearFn(torch.autograd.Function):
 
 def _grad_output(dy2: torch.Tensor, cfg: GemmConfig, gemm: Gemm, axis: int) -> torch.Tensor:
     spec = cfg.specs.get(gemm)
-    seed = operand_seed(cfg.seed, cfg.step, gemm, Operand.GRAD_OUTPUT)
+    seed = _seed(cfg, gemm, Operand.GRAD_OUTPUT, spec.grad_rounding)
     return quantize_operand(dy2, spec, axis, spec.grad_rounding, seed, cfg.tokens)
 
 
-def _dgrad(dy2: torch.Tensor, saved: _Saved) -> torch.Tensor:
-    """``dX = Q(dY) Q(W)``, both along out_features."""
+def _dgrad(dy2: torch.Tensor, saved: _Saved, dyq: torch.Tensor | None = None) -> torch.Tensor:
+    """``dX = Q(dY) Q(W)``, both along out_features (``dyq``: ``Q(dY)`` if already computed)."""
     cfg, d = saved.cfg, saved.cfg.specs.dgrad
     if saved.native and native_spec(d) and not saved.w_quantized:
         out = _native_dgrad(dy2, saved)
@@ -380,13 +440,15 @@ def _dgrad(dy2: torch.Tensor, saved: _Saved) -> torch.Tensor:
         wq = saved.w
     else:
         w = d.for_weight()
-        seed = operand_seed(cfg.seed, cfg.step, Gemm.DGRAD, Operand.WEIGHT)
+        seed = _seed(cfg, Gemm.DGRAD, Operand.WEIGHT, w.rounding)
         wq = quantize_operand(saved.w, w, 0, w.rounding, seed)
-    return matmul(_grad_output(dy2, cfg, Gemm.DGRAD, -1), wq, cfg.accum)
+    if dyq is None:
+        dyq = _grad_output(dy2, cfg, Gemm.DGRAD, -1)
+    return matmul(dyq, wq, cfg.accum)
 
 
-def _wgrad(dy2: torch.Tensor, saved: _Saved) -> torch.Tensor:
-    """``dW = Q(dY)^T Q(X)``, both along tokens."""
+def _wgrad(dy2: torch.Tensor, saved: _Saved, dyq: torch.Tensor | None = None) -> torch.Tensor:
+    """``dW = Q(dY)^T Q(X)``, both along tokens (``dyq``: ``Q(dY)`` if already computed)."""
     cfg, w = saved.cfg, saved.cfg.specs.wgrad
     if saved.native and native_spec(w):
         out = _native_wgrad(dy2, saved)
@@ -396,10 +458,14 @@ def _wgrad(dy2: torch.Tensor, saved: _Saved) -> torch.Tensor:
         xq = saved.x.dequantize(torch.float32)
     elif isinstance(saved.x, Fp8Operand):  # native fprop's axis-free X codes
         xq = saved.x.dequantize()
+    elif saved.x_quantized:
+        xq = saved.x
     else:
-        seed = operand_seed(cfg.seed, cfg.step, Gemm.WGRAD, Operand.INPUT)
+        seed = _seed(cfg, Gemm.WGRAD, Operand.INPUT, w.rounding)
         xq = quantize_operand(saved.x, w, 0, w.rounding, seed, cfg.tokens)
-    return matmul(_grad_output(dy2, cfg, Gemm.WGRAD, 0).t(), xq, cfg.accum)
+    if dyq is None:
+        dyq = _grad_output(dy2, cfg, Gemm.WGRAD, 0)
+    return matmul(dyq.t(), xq, cfg.accum)
 
 
 # ---- native FP8 GEMMs (gemm="native"): same operands, torch._scaled_mm ----------------------

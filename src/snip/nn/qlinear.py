@@ -109,11 +109,24 @@ class QLinear(nn.Linear):
         if not self.enabled or not x.is_floating_point():
             # an integer (or bool) input raises exactly the dtype error nn.Linear gives
             return F.linear(x, weight, self.bias)
-        cfg = GemmConfig(specs=self.specs, seed=self.seed, step=self.step, save=self.save,
-                         accum=self.accum, out_dtype=autocast_dtype(x),
-                         gemm=getattr(self, "gemm", GemmImpl.EMULATED),
-                         strict=getattr(self, "gemm_strict", False),
-                         tokens=getattr(self, "tokens", None))
+        return self._quantized(x, weight)
+
+    @torch.compiler.disable
+    def _quantized(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """The quantized call, outside ``torch.compile``'s graphs (one graph break per layer):
+        the numba kernels and the per-step seeds run eagerly, bit for bit as without compile,
+        and the step counter advances without a recompile."""
+        key = (self.specs, self.seed, self.save, self.accum, autocast_dtype(x),
+               getattr(self, "gemm", GemmImpl.EMULATED), getattr(self, "gemm_strict", False),
+               getattr(self, "tokens", None))
+        cached = self.__dict__.get("_cfg")
+        if cached is None or cached[0] != key:  # validated once per setting, not per call
+            specs, seed, save, accum, out_dtype, gemm, strict, tokens = key
+            cached = (key, GemmConfig(specs=specs, seed=seed, save=save, accum=accum,
+                                      out_dtype=out_dtype, gemm=gemm, strict=strict,
+                                      tokens=tokens))
+            self.__dict__["_cfg"] = cached
+        cfg = cached[1].at_step(self.step)
         self.step += 1
         record = SavedBytes()
         y = quantized_linear(x, weight, self.bias, cfg, record)

@@ -1,0 +1,211 @@
+"""A whole training step of snip's Llama model at the widths precision studies use (64-256).
+
+One step is forward, cross-entropy loss, backward and an AdamW update of
+:func:`snip.models.build_model`'s decoder on random tokens.  The baseline is plain PyTorch fp32
+(the model never touched by ``snip.convert``); every other arm is the same model (same init)
+converted to one preset (all three GEMMs of every linear layer but the LM head), or plain
+PyTorch under ``torch.autocast(bfloat16)``, or converted with every GEMM in fp32 (``snip_fp32``:
+what snip's layer costs by itself, with nothing quantized).  Because the machine is shared, all
+arms run in one process, interleaved: each round runs one step of every arm in turn, and an
+arm's figure is the median over rounds of its step time divided by the fp32 step of the same
+round.  Both clocks are kept: wall time, and this process's CPU time (``time.process_time``),
+which at 1 thread is the load-insensitive figure on a shared machine (at 2 threads it includes
+OpenMP spin-waits).
+
+Models: ``tiny-deep`` (dim 64, 6 blocks, 1024 tokens per step), ``small`` (dim 128, 4 blocks,
+4096 tokens) and ``w256`` (dim 256, 8 blocks, ffn 704, 4096 tokens; built through
+:class:`snip.models.ModelConfig`).  ``--compile`` adds, per model, ``torch.compile``-d arms (the
+fp32 baseline and some presets) against their eager selves.
+
+Each thread count (``--threads 1 2``) is a separate pass.  The CPU model and flags, the load
+average before and after, and every per-round time are written to
+``benchmarks/results/issue21/bench_train_step[_quick].json``.
+
+Usage::
+
+    python benchmarks/bench_train_step.py --quick     # ~1-2 minutes
+    python benchmarks/bench_train_step.py             # all models, more rounds
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from snip.models import ModelConfig, build_model, get_config
+from snip.nn import convert
+
+try:
+    from benchmarks._util import cpu_info
+except ImportError:  # run as a script from the benchmarks directory
+    from _util import cpu_info
+
+PRESETS = ["bf16", "fp8_e4m3", "fp8_e4m3_tile128", "mxfp8_e4m3", "mxfp4", "nvfp4",
+           "fp4_e2m1_tile128", "fp4_e2m1_tensor"]
+COMPILED = ["fp32", "bf16", "mxfp4", "nvfp4"]  # arms timed compiled too (--compile)
+RESULTS = Path(__file__).parent / "results" / "issue21"
+
+
+def model_config(name: str) -> ModelConfig:
+    if name == "w256":
+        return ModelConfig(dim=256, n_layers=8, n_heads=4, n_kv_heads=2, ffn_hidden=704,
+                           vocab_size=256, max_seq_len=256)
+    return get_config(name)
+
+
+# model -> (batch, seq): tokens per step (the issue's table); --quick: 1024 tokens each
+SHAPES = {"tiny-deep": (8, 128), "small": (16, 256), "w256": (16, 256)}
+QUICK_SHAPES = {"tiny-deep": (8, 128), "small": (4, 256), "w256": (4, 256)}
+
+
+class Arm:
+    """One model + AdamW, stepping on fixed batches."""
+
+    def __init__(self, model_name: str, arm: str, batch: tuple[torch.Tensor, torch.Tensor],
+                 compiled: bool = False) -> None:
+        torch.manual_seed(0)
+        model = build_model(model_config(model_name))
+        self.autocast = arm == "bf16_autocast"
+        if arm == "snip_fp32":  # converted, all GEMMs fp32: the cost of the layer itself
+            convert(model, "fp32")
+        elif arm not in ("fp32", "bf16_autocast"):
+            convert(model, arm)
+        self.model = model
+        self.fwd: Callable = torch.compile(model) if compiled else model
+        self.opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        self.tokens, self.targets = batch
+
+    def step(self) -> tuple[float, float]:
+        """One step; (wall seconds, CPU seconds of this process)."""
+        t0, c0 = time.perf_counter(), time.process_time()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.autocast):
+            _, loss = self.fwd(self.tokens, self.targets)
+        loss.backward()
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        return time.perf_counter() - t0, time.process_time() - c0
+
+
+def _ratio(ts: list[float], base: list[float]) -> float:
+    return statistics.median(t / b for t, b in zip(ts, base, strict=True))
+
+
+def interleaved(arms: dict[str, Arm], rounds: int, warmup: int, base: str = "fp32") -> dict:
+    """Per arm: median wall and CPU ms, and the median per-round ratio of each to ``base``."""
+    for _ in range(warmup):
+        for a in arms.values():
+            a.step()
+    wall: dict[str, list[float]] = {k: [] for k in arms}
+    cpu: dict[str, list[float]] = {k: [] for k in arms}
+    for r in range(rounds):
+        order = list(arms) if r % 2 == 0 else list(reversed(arms))  # no fixed neighbour
+        for k in order:
+            w, c = arms[k].step()
+            wall[k].append(w)
+            cpu[k].append(c)
+    return {k: {"ms": statistics.median(wall[k]) * 1e3, "vs_" + base: _ratio(wall[k], wall[base]),
+                "cpu_ms": statistics.median(cpu[k]) * 1e3,
+                "cpu_vs_" + base: _ratio(cpu[k], cpu[base]),
+                "wall_ms": [t * 1e3 for t in wall[k]], "cpu_ms_rounds": [t * 1e3 for t in cpu[k]]}
+            for k in arms}
+
+
+def batch_for(model_name: str) -> tuple[torch.Tensor, torch.Tensor]:
+    b, t = SHAPES[model_name]
+    g = torch.Generator().manual_seed(1)
+    vocab = model_config(model_name).vocab_size
+    tok = torch.randint(vocab, (b, t + 1), generator=g)
+    return tok[:, :-1].contiguous(), tok[:, 1:].contiguous()
+
+
+def bench_model(name: str, rounds: int, warmup: int, presets: list[str]) -> dict:
+    batch = batch_for(name)
+    arms = {a: Arm(name, a, batch) for a in ["fp32", "bf16_autocast", "snip_fp32", *presets]}
+    res = interleaved(arms, rounds, warmup)
+    b, t = SHAPES[name]
+    return {"tokens_per_step": b * t, "batch": b, "seq": t, "arms": res}
+
+
+def bench_compiled(name: str, rounds: int, warmup: int) -> dict:
+    """Compiled vs eager for a few arms; ratios to the eager fp32 step of the same round."""
+    batch = batch_for(name)
+    arms: dict[str, Arm] = {}
+    compile_s: dict[str, float] = {}
+    for a in COMPILED:
+        arms[a] = Arm(name, a, batch)
+        arms[a + "@compiled"] = Arm(name, a, batch, compiled=True)
+        t0 = time.perf_counter()
+        arms[a + "@compiled"].step()  # compiles forward and backward
+        compile_s[a] = time.perf_counter() - t0
+    res = interleaved(arms, rounds, warmup)
+    for a in COMPILED:
+        c, e = res[a + "@compiled"], res[a]
+        c["vs_eager"] = _ratio(c["wall_ms"], e["wall_ms"])
+        c["cpu_vs_eager"] = _ratio(c["cpu_ms_rounds"], e["cpu_ms_rounds"])
+        res[a + "@compiled"]["first_step_s"] = compile_s[a]
+    return {"arms": res}
+
+
+def print_table(title: str, rows: dict[str, dict]) -> None:
+    print(f"\n{title}")
+    print(f"  {'arm':22s} {'wall ms':>8s} {'/fp32':>6s} {'cpu ms':>8s} {'/fp32':>6s}")
+    for arm, r in rows.items():
+        extra = (f"  vs eager: wall {r['vs_eager']:.2f}x cpu {r['cpu_vs_eager']:.2f}x"
+                 if "vs_eager" in r else "")
+        print(f"  {arm:22s} {r['ms']:8.1f} {r['vs_fp32']:6.2f} {r['cpu_ms']:8.1f} "
+              f"{r['cpu_vs_fp32']:6.2f}{extra}", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true",
+                    help="3 rounds, 1024 tokens per step, 1 thread (~1-2 minutes)")
+    ap.add_argument("--models", nargs="+", default=["tiny-deep", "small", "w256"])
+    ap.add_argument("--presets", nargs="+", default=PRESETS)
+    ap.add_argument("--threads", nargs="+", type=int, default=None,
+                    help="torch thread counts, one pass each (default: 1 2; --quick: 1)")
+    ap.add_argument("--rounds", type=int, default=0, help="timed rounds (0: 5 quick, 15 full)")
+    ap.add_argument("--compile", action="store_true", help="add compiled-vs-eager arms")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    rounds = args.rounds or (3 if args.quick else 11)
+    warmup = 1 if args.quick else 2
+    if args.quick:
+        SHAPES.update(QUICK_SHAPES)
+    out = args.out or RESULTS / ("bench_train_step_quick.json" if args.quick
+                                 else "bench_train_step.json")
+    info = cpu_info()
+    results: dict = {
+        "command": "python benchmarks/bench_train_step.py " + " ".join(sys.argv[1:]),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "torch": torch.__version__,
+        "cpu": info, "snip_fast": os.environ.get("SNIP_FAST", "1"), "rounds": rounds,
+        "loadavg_before": os.getloadavg(), "runs": {}}
+    print(f"CPU: {info['summary']}; load {os.getloadavg()}")
+    for threads in args.threads or ([1] if args.quick else [1, 2]):
+        torch.set_num_threads(threads)
+        run: dict = {"models": {}, "compiled": {}}
+        for name in args.models:
+            run["models"][name] = bench_model(name, rounds, warmup, args.presets)
+            print_table(f"{name} ({run['models'][name]['tokens_per_step']} tokens/step), "
+                        f"{threads} thread(s)", run["models"][name]["arms"])
+            if args.compile:
+                run["compiled"][name] = bench_compiled(name, rounds, warmup)
+                print_table(f"{name} compiled, {threads} thread(s)",
+                            run["compiled"][name]["arms"])
+        results["runs"][str(threads)] = run
+    results["loadavg_after"] = os.getloadavg()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=1))
+    print(f"\nwrote {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,77 @@
+"""The per-call shortcuts of the fused path (issue 21) equal the PyTorch path bit for bit: the
+one-pass bf16 cast, and the tensor scales computed on numpy fp32 scalars instead of 1x1 tensors."""
+
+import numpy as np
+import pytest
+import torch
+
+from snip.formats import cast, fast, get_spec, quantize
+from snip.formats.scaling import fp32_scales, nvfp4_encode_scale
+
+pytestmark = pytest.mark.skipif("not fast.enabled()",
+                                reason="fast path off (numba not installed or SNIP_FAST=0)")
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.view(torch.int32)
+
+
+def _edge_values() -> torch.Tensor:
+    """Every fp32 binade, ties, the bf16 saturation boundary, subnormals, inf, NaN."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(300, 77, generator=g) * torch.logspace(-45, 38.5, 77)
+    x[1] = (torch.randint(-2**16, 2**16, (77,), generator=g) + 0.5) * 2.0**-16  # bf16 ties
+    row = [float("inf"), -float("inf"), 3.3895313e38, 3.3895314e38, 3.4028235e38, -3.39e38,
+           1e-45, -1e-40, 0.0, -0.0]
+    x[0, :len(row)] = torch.tensor(row)
+    return x
+
+
+@pytest.mark.parametrize("n", [1, 77, 300 * 77, 1 << 21])  # tails, one chunk, many chunks
+def test_round_bf16_equals_torch_cast(n):
+    x = _edge_values().reshape(-1)
+    x = x.repeat(-(-n // x.numel()))[:n].contiguous()
+    got, want = fast.round_bf16(x), cast(x, "bf16")
+    assert torch.equal(_bits(got), _bits(want))  # no NaN in x: every bit pattern must match
+
+
+def test_round_bf16_nan_stays_nan_and_quantize_uses_it(monkeypatch):
+    x = _edge_values()
+    x[2, 3] = float("nan")
+    got = quantize(x, "bf16")
+    monkeypatch.setattr(fast, "enabled", lambda: False)
+    want = quantize(x, "bf16")
+    # NaN payloads differ between torch's own vector and scalar conversions; values must not
+    nan = torch.isnan(want)
+    assert torch.equal(torch.isnan(got), nan)
+    assert torch.equal(_bits(got[~nan]), _bits(want[~nan]))
+
+
+AMAXES = [0.0, 1e-45, 1e-40, 1.1754942e-38, 1e-30, 0.5, 1.0, 3.0, 448.0, 1e30, 3.4028235e38,
+          float("inf"), float("nan"),
+          *np.random.default_rng(0).lognormal(0, 25, 500).astype(np.float32).tolist()]
+
+
+def _same(a: float, b: float) -> bool:
+    a32, b32 = np.float32(a), np.float32(b)
+    return bool(np.isnan(a32) and np.isnan(b32)) or a32.view(np.int32) == b32.view(np.int32)
+
+
+@pytest.mark.parametrize("preset", ["fp8_e4m3", "fp4_e2m1_tensor"])
+def test_tensor_scale_scalars_equal_fp32_scales(preset):
+    spec = get_spec(preset)
+    maxn = np.float32(spec.element.max_normal)
+    for amax in AMAXES:
+        ref = fp32_scales(torch.tensor([[amax]], dtype=torch.float32), spec)
+        enc, dec = fast._tensor_scale(np.float32(amax), maxn)
+        assert _same(enc, ref.encode.item()) and _same(dec, ref.decode.item()), amax
+
+
+def test_nvfp4_tensor_scale_scalars_equal_the_tensor_chain():
+    spec = get_spec("nvfp4")
+    inv_elem = torch.tensor(1.0 / spec.element.max_normal, dtype=torch.float32)
+    for amax in AMAXES:
+        s_enc = nvfp4_encode_scale(torch.tensor(amax, dtype=torch.float32), spec)
+        mul, t_dec = fast._nvfp4_tensor_scale(np.float32(amax),
+                                              np.float32(spec.element.max_normal))
+        assert _same(mul, (s_enc * inv_elem).item()) and _same(t_dec, (1.0 / s_enc).item()), amax
