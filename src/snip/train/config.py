@@ -77,16 +77,35 @@ def _choice(key: str, value: str, choices: tuple[str, ...]) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class ModelSection:
-    name: str = opt("small", "model size from snip.models (tiny, small, tinyllama-1.1b, ...)")
+    name: str = opt("small", "model size from snip.models (tiny, tiny-deep, small, small-deep, "
+                             "medium, tinyllama-1.1b, ...); the fields below replace its shape")
+    dim: int = opt(0, "model width (0: model.name's)")
+    n_layers: int = opt(0, "transformer blocks (0: model.name's)")
+    n_heads: int = opt(0, "attention heads (0: model.name's)")
+    n_kv_heads: int = opt(0, "key/value heads, grouped-query attention (0: model.name's)")
+    ffn_dim: int = opt(0, "SwiGLU hidden width (0: model.name's)")
+
+    SHAPE = {"dim": "dim", "n_layers": "n_layers", "n_heads": "n_heads",
+             "n_kv_heads": "n_kv_heads", "ffn_dim": "ffn_hidden"}  # key -> ModelConfig field
 
     def __post_init__(self) -> None:
-        from snip.models.configs import list_configs
+        from snip.models.configs import get_config, list_configs
 
         if self.name not in list_configs():
             close = difflib.get_close_matches(self.name, list_configs(), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise UserError(f"model.name: unknown model {self.name!r}{hint} "
                             f"(valid: {', '.join(list_configs())})")
+        for key in self.SHAPE:
+            _non_negative(f"model.{key}", getattr(self, key))
+        try:
+            get_config(self.name, **self.shape())
+        except UserError as e:
+            raise UserError(f"model: {e}") from None
+
+    def shape(self) -> dict[str, int]:
+        """The ModelConfig fields this section replaces in model.name's shape."""
+        return {f: getattr(self, k) for k, f in self.SHAPE.items() if getattr(self, k)}
 
 
 @dataclass(frozen=True, kw_only=True)
