@@ -194,8 +194,8 @@ class PrecisionSection:
                           "run or branch (-1: precision.every for a fresh run, 0 for a branch "
                           "made with --init-from)")
     method: str = opt("ilp", "adaptive: how the plan is chosen: ilp (SNIP) or a baseline at the "
-                             "same budget (uniform, layer_id, layer_type, min_rel_err, random, "
-                             "oracle)")
+                             "same budget (uniform, layer_id, layer_type, layer_id_rev, "
+                             "layer_type_rev, min_rel_err, random, random_top, oracle)")
     per_gemm: bool = opt(False, "adaptive: choose the format of each GEMM (fprop, dgrad, wgrad) "
                                 "separately instead of one per layer")
     candidates: str = opt("", "adaptive: comma-separated candidate presets, high precision "
@@ -209,6 +209,10 @@ class PrecisionSection:
                              "or only 'loss' or 'weight' (ablations)")
     plan_seed: int = opt(0, "adaptive: seed of the random baseline's plan (one fixed plan per "
                             "seed, the same at every re-plan)")
+    keep_top: int = opt(1, "adaptive, method random_top: SNIP's most sensitive units kept high")
+    normalization: str = opt("nats", "adaptive: the objective's scale: nats (one common scale, "
+                                     "the default) or sum (the paper's 1:1 of separately "
+                                     "normalised loss and weight terms) or relative")
     gemm: str = opt("emulated", "how the FP8 GEMMs run: emulated (fp32 GEMM on the dequantized "
                                 "operands, any device) or native (torch._scaled_mm on the FP8 "
                                 "codes; emulated with one warning where unsupported); kept "
@@ -235,6 +239,8 @@ class PrecisionSection:
         _choice("precision.terms", self.terms, ("both", "loss", "weight"))
         _choice("precision.gemm", self.gemm, ("emulated", "native"))
         _non_negative("precision.plan_seed", self.plan_seed)
+        _non_negative("precision.keep_top", self.keep_top)
+        _choice("precision.normalization", self.normalization, ("nats", "sum", "relative"))
         if isinstance(self.warmup, bool) or self.warmup < -1:
             raise UserError(f"precision.warmup must be >= 0 (or -1: automatic), got "
                              f"{self.warmup!r}")
