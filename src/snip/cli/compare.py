@@ -49,6 +49,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--resume", metavar="DIR", help="continue the comparison in DIR (its sweep.json)")
     a("--summarize", metavar="DIR",
       help="recompute the table and report of DIR from its finished arms, without training")
+    a("--hypotheses", metavar="FILE",
+      help="pre-registered hypotheses (JSON: delta_min and hypotheses [{id, statement, "
+           "contrasts: [[ARM, COMPARATOR], ...]}], in test order); kept as OUT/hypotheses.json, "
+           "and their verdicts are printed with the table")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -68,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
                       orders=args.orders, reference=args.reference or "", gap=args.gap,
                       eval_batches=args.eval_batches, candidates=args.candidates,
                       out=args.out, threads=args.threads)
+    if args.hypotheses:
+        _keep_hypotheses(Path(args.hypotheses), Path(sweep.out))
     finished = True if args.summarize else run_sweep(sweep, arm_major=args.arm_major)
     md, js, report = _write(sweep, args.reference or None, args.gap or None)
     print(md.read_text())
@@ -77,6 +83,29 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 130
     return 0
+
+
+def _keep_hypotheses(path: Path, out: Path) -> None:
+    """Copy the hypotheses file into the sweep; a different one already there is refused (the
+    pre-registered hypotheses of a sweep never change)."""
+    import json
+
+    from snip.compare.sweep import HYPOTHESES_FILE
+    from snip.errors import UserError
+
+    if not path.is_file():
+        raise UserError(f"--hypotheses {path}: no such file")
+    text = path.read_text()
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UserError(f"--hypotheses {path}: not JSON ({e})") from None
+    kept = out / HYPOTHESES_FILE
+    if kept.is_file() and json.loads(kept.read_text()) != json.loads(text):
+        raise UserError(f"{kept} holds other hypotheses; a sweep's pre-registered hypotheses "
+                        "do not change (use another --out)")
+    out.mkdir(parents=True, exist_ok=True)
+    kept.write_text(text)
 
 
 def compare_report(out: Path) -> Path | None:
@@ -110,5 +139,6 @@ def _report(sweep, summary) -> Path | None:  # noqa: ANN001
     table = Section(anchor="compare", title=f"Paired comparison against {summary.reference}",
                     body=html_tables(summary))
     names = {d.name for d in dirs}
-    baseline = summary.reference if summary.reference in names else None
+    ref = next((a.dirname for a in sweep.arms if a.label == summary.reference), "")
+    baseline = ref if ref in names else None
     return write_report(dirs, out=sweep.out, baseline=baseline, extra_sections=[table])
