@@ -148,6 +148,9 @@ def test_fixed_sequence_stops_at_the_first_hypothesis_not_supported() -> None:
                                                                    ("snip", "tie")))], 0.002)
     assert both[0].verdict is Verdict.FALSIFIED  # one tied rule falsifies "beats every rule"
     assert json.dumps(r[0].to_dict())  # the typed record serialises for the report
+    extra = HypothesisSpec("E1", "exploratory", (("snip", "tie"),), exploratory=True)
+    r = evaluate_hypotheses(vals, [hs[0], extra, hs[2]], delta_min=0.002)
+    assert [h.confirmatory for h in r] == [True, False, True]  # E1 does not stop the sequence
 
 
 def test_search_oracle_selects_on_half_a_and_reports_half_b() -> None:
@@ -269,3 +272,19 @@ def test_gap_closed_is_measured_from_the_sweeps_own_reference(tmp_path: Path) ->
         gap = rows["bf16" if ref == "mid" else "mid"].get("gap_closed")
         want = 1.0 if ref == "mid" else (2.05 - 1.55) / (2.05 - 1.05)
         assert gap == pytest.approx(want)
+
+
+def test_summarize_can_stop_at_the_first_n_bases(tmp_path: Path) -> None:
+    from snip.compare.sweep import RESULT_FILE, summarize
+
+    arms = tuple(parse_arms(["bf16", "mxfp4"]))
+    sweep = Sweep(bases=("a", "b", "c"), arms=arms, steps=1, out=str(tmp_path))
+    for unit in sweep.units:
+        for k, arm in enumerate(arms):
+            d = sweep.run_dir(unit, arm)
+            d.mkdir(parents=True)
+            (d / RESULT_FILE).write_text(json.dumps({"val_loss": 1.0 + k + unit[0],
+                                                     "val_loss_hp": 1.0 + k,
+                                                     "fp4_flop_fraction": 0.0}))
+    assert {r["n"] for r in summarize(sweep).rows["val_loss_hp"]} == {3}
+    assert {r["n"] for r in summarize(sweep, bases=2).rows["val_loss_hp"]} == {2}

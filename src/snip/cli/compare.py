@@ -49,6 +49,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--resume", metavar="DIR", help="continue the comparison in DIR (its sweep.json)")
     a("--summarize", metavar="DIR",
       help="recompute the table and report of DIR from its finished arms, without training")
+    a("--units", type=int, default=0, metavar="N",
+      help="summarize only the first N bases (0: all; e.g. the n an internal pilot fixed)")
     a("--hypotheses", metavar="FILE",
       help="pre-registered hypotheses (JSON: delta_min and hypotheses [{id, statement, "
            "contrasts: [[ARM, COMPARATOR], ...]}], in test order); kept as OUT/hypotheses.json, "
@@ -75,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     if args.hypotheses:
         _keep_hypotheses(Path(args.hypotheses), Path(sweep.out))
     finished = True if args.summarize else run_sweep(sweep, arm_major=args.arm_major)
-    md, js, report = _write(sweep, args.reference or None, args.gap or None)
+    md, js, report = _write(sweep, args.reference or None, args.gap or None, args.units)
     print(md.read_text())
     print(f"wrote {md}, {js}" + (f" and {report}" if report else ""))
     if not finished:
@@ -116,11 +118,11 @@ def compare_report(out: Path) -> Path | None:
 
 
 def _write(sweep, reference: str | None = None,  # noqa: ANN001
-           gap: str | None = None) -> tuple[Path, Path, Path | None]:
+           gap: str | None = None, bases: int = 0) -> tuple[Path, Path, Path | None]:
     """Summarize ``sweep``: compare.md, compare.json and report.html (paths)."""
     from snip.compare import summarize, write_summary
 
-    summary = summarize(sweep, reference=reference, gap=gap)
+    summary = summarize(sweep, reference=reference, gap=gap, bases=bases)
     js, md = write_summary(summary)
     return md, js, _report(sweep, summary)
 

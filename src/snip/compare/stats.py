@@ -37,7 +37,8 @@ and gets a :class:`Verdict` with the smallest effect worth having, ``delta_min``
 A hypothesis is supported when all its contrasts are, falsified when any is, else inconclusive.
 They are tested in their declared order (fixed-sequence testing, each at the 95 % level): the
 first one not supported stops the confirmatory sequence, and every later verdict is printed as
-exploratory (``confirmatory=False``).
+exploratory (``confirmatory=False``); a spec marked ``exploratory`` is reported and never part
+of the sequence.
 
 **Search oracle** (the ceiling).  ``search:FAMILY`` is, in every unit, the draw of the family
 with the lowest loss on half ``a`` of the validation windows, reported on half ``b``
@@ -145,12 +146,14 @@ class HypothesisSpec:
     id: str
     statement: str
     contrasts: tuple[tuple[str, str], ...]
+    exploratory: bool = False  # reported, never part of the confirmatory sequence
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> HypothesisSpec:
         try:
             pairs = tuple((str(a), str(c)) for a, c in d["contrasts"])
-            return cls(id=str(d["id"]), statement=str(d["statement"]), contrasts=pairs)
+            return cls(id=str(d["id"]), statement=str(d["statement"]), contrasts=pairs,
+                       exploratory=bool(d.get("exploratory", False)))
         except (KeyError, TypeError, ValueError) as e:
             raise UserError(f"hypothesis {d!r}: needs id, statement and contrasts "
                             f"[[ARM, COMPARATOR], ...] ({e})") from None
@@ -286,8 +289,10 @@ def evaluate_hypotheses(values: Values, hypotheses: Sequence[HypothesisSpec], de
              Verdict.SUPPORTED if cvs and kinds == {Verdict.SUPPORTED} else
              Verdict.INCONCLUSIVE)
         out.append(HypothesisResult(spec=h, contrasts=tuple(cvs), verdict=v,
-                                    confirmatory=open_sequence, delta_min=delta_min))
-        open_sequence = open_sequence and v is Verdict.SUPPORTED
+                                    confirmatory=open_sequence and not h.exploratory,
+                                    delta_min=delta_min))
+        if not h.exploratory:
+            open_sequence = open_sequence and v is Verdict.SUPPORTED
     return out
 
 

@@ -358,9 +358,11 @@ def _families(arms: Sequence[Arm]) -> dict[str, list[str]]:
     return out
 
 
-def summarize(sweep: Sweep, reference: str | None = None, gap: str | None = None) -> Summary:
+def summarize(sweep: Sweep, reference: str | None = None, gap: str | None = None,
+              bases: int = 0) -> Summary:
     """Paired statistics of every arm against ``reference`` over the units where both
-    finished; random families also as the per-unit mean of their draws."""
+    finished; random families also as the per-unit mean of their draws.  ``bases``: only the
+    first that many bases enter (0: all), e.g. the n an internal pilot fixed."""
     reference = reference or sweep.reference or sweep.arms[0].label
     gap = sweep.gap if gap is None else gap
     labels = [a.label for a in sweep.arms]
@@ -371,7 +373,7 @@ def summarize(sweep: Sweep, reference: str | None = None, gap: str | None = None
     for arm in sweep.arms:
         for unit in sweep.units:
             path = sweep.run_dir(unit, arm) / RESULT_FILE
-            if path.is_file():
+            if path.is_file() and not (bases and unit[0] >= bases):
                 results.setdefault(arm.label, {})[unit] = json.loads(path.read_text())
     families = _families(sweep.arms)
     # the gap is always measured from the sweep's own reference (its high-precision arm), so
