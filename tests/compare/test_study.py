@@ -288,3 +288,22 @@ def test_summarize_can_stop_at_the_first_n_bases(tmp_path: Path) -> None:
                                                      "fp4_flop_fraction": 0.0}))
     assert {r["n"] for r in summarize(sweep).rows["val_loss_hp"]} == {3}
     assert {r["n"] for r in summarize(sweep, bases=2).rows["val_loss_hp"]} == {2}
+
+
+def test_objective_and_top_arms_reach_the_controller(tmp_path: Path) -> None:
+    from snip.sensitivity import Normalization
+    from snip.train.precision import make_controller
+
+    (paper,) = parse_arm("snip@0.875/sum/every:50")
+    (top,) = parse_arm("random_top@0.75:2")
+    (once,) = parse_arm("snip@0.75/once")
+    ctl = make_controller(from_sources(overrides=paper.overrides()).precision, tmp_path, True,
+                          start=10)
+    assert Normalization(ctl.stats.normalization) is Normalization.SUM and ctl.every == 50
+    assert ctl.due(10) and ctl.due(60) and not ctl.due(59)
+    ctl = make_controller(from_sources(overrides=top.overrides((1, 0))).precision, tmp_path,
+                          True, start=10)
+    assert ctl.top == 2 and ctl.plan_seed == unit_seed((1, 0), 0)
+    ctl = make_controller(from_sources(overrides=once.overrides()).precision, tmp_path, True,
+                          start=10)
+    assert ctl.due(10) and not any(ctl.due(s) for s in range(11, 100_000))
