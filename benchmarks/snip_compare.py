@@ -38,7 +38,7 @@ import sys
 from pathlib import Path
 
 from snip.cli import main as snip
-from snip.train import from_sources, train
+from snip.train import Config, from_sources, train
 from snip.train.checkpoint import list_checkpoints
 
 BASELINES = ("layer_id", "layer_type", "min_rel_err")
@@ -55,18 +55,23 @@ def base_checkpoints(args: argparse.Namespace, shard: tuple[int, int] = (0, 1)) 
         if ckpt.is_dir() or idx % shard[1] != shard[0]:
             continue
         if list_checkpoints(run / "checkpoints"):  # interrupted: continue from its checkpoint
-            train(from_sources(resume=run), resume=run, until=args.base_steps)
-            continue
-        cfg = from_sources(overrides={
-            "model.name": args.model, "seed": seed, "precision.preset": args.high,
-            "train.steps": args.total_steps or args.base_steps + args.steps,
-            "train.warmup_steps": args.warmup_steps, "train.lr": args.lr,
-            "train.batch_size": args.batch, "train.seq_len": args.seq_len,
-            "train.ckpt_every": min(100, args.base_steps), "train.eval_every": args.base_steps,
-            "train.threads": args.threads, "log.progress": False,
-            "run.dir": str(run.parent), "run.name": run.name})
-        train(cfg, until=args.base_steps)
+            result = train(from_sources(resume=run), resume=run, until=args.base_steps)
+        else:
+            result = train(_base_config(args, seed, run), until=args.base_steps)
+        if result.interrupted:  # Ctrl-C / SIGTERM: the base saved a checkpoint; stop here
+            sys.exit(130)
     return out
+
+
+def _base_config(args: argparse.Namespace, seed: int, run: Path) -> Config:
+    return from_sources(overrides={
+        "model.name": args.model, "seed": seed, "precision.preset": args.high,
+        "train.steps": args.total_steps or args.base_steps + args.steps,
+        "train.warmup_steps": args.warmup_steps, "train.lr": args.lr,
+        "train.batch_size": args.batch, "train.seq_len": args.seq_len,
+        "train.ckpt_every": min(100, args.base_steps), "train.eval_every": args.base_steps,
+        "train.threads": args.threads, "log.progress": False,
+        "run.dir": str(run.parent), "run.name": run.name})
 
 
 def collect(sweep_dir: Path, dest: Path) -> int:
