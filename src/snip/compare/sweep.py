@@ -15,7 +15,7 @@ per-unit difference to the reference arm is a paired measurement (`snip.compare.
 Everything lives under ``out``::
 
     sweep.json                      the sweep's definition (``--resume OUT`` reads it back)
-    runs/b<i>_o<k>/<arm>/           one ordinary run directory per (unit, arm)
+    runs/b<i>_o<k>/<arm>/           one ordinary run directory per (unit, arm) (Arm.dirname)
     runs/b<i>_o<k>/<arm>/result.json   its final numbers, written when the arm finishes
     compare.json, compare.md        the statistics (JSON and a Markdown table)
     report.html                     the table and the loss curves of all arms (base 0, order 0)
