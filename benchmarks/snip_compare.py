@@ -46,13 +46,13 @@ BASELINES = ("layer_id", "layer_type", "min_rel_err")
 
 def base_checkpoints(args: argparse.Namespace, shard: tuple[int, int] = (0, 1)) -> list[Path]:
     """One high-precision base per seed (reused when it exists); with ``shard`` (i, n) only
-    every n-th seed from the i-th is trained."""
+    every n-th seed from the i-th is trained ((0, 0): none, only the paths)."""
     out = []
     for idx, seed in enumerate(args.seeds):
         run = Path(args.bases or Path(args.out) / "bases") / f"s{seed}"
         ckpt = run / "checkpoints" / f"step_{args.base_steps:06d}"
         out.append(ckpt)
-        if ckpt.is_dir() or idx % shard[1] != shard[0]:
+        if ckpt.is_dir() or not shard[1] or idx % shard[1] != shard[0]:
             continue
         if list_checkpoints(run / "checkpoints"):  # interrupted: continue from its checkpoint
             result = train(from_sources(resume=run), resume=run, until=args.base_steps)
@@ -74,7 +74,7 @@ def _base_config(args: argparse.Namespace, seed: int, run: Path) -> Config:
         "run.dir": str(run.parent), "run.name": run.name})
 
 
-def collect(sweep_dir: Path, dest: Path) -> int:
+def collect(sweep_dir: Path, dest: Path, bases: tuple[Path, ...] = ()) -> int:
     """Copy the small JSON of a sweep and of every finished branch to ``dest``: results,
     plans, damage maps and controller logs as they are; the sensitivity tables the plans were
     made from (``sensitivity/step_<N>.json``, the averaged ones), the config and the metrics
@@ -90,8 +90,13 @@ def collect(sweep_dir: Path, dest: Path) -> int:
             copies += [(f, False) for pat in plain for f in sorted(branch.glob(pat))]
             copies += [(f, True) for pat in packed for f in sorted(branch.glob(pat))
                        if not f.name.endswith(("_cycle.json", "_damage.json"))]
+    for ckpt in bases:  # finished bases: their config and loss curve, as bases/s<seed>/
+        if ckpt.is_dir():
+            copies += [(ckpt.parent.parent / n, True) for n in ("config.toml", "metrics.jsonl")]
     for f, pack in copies:
-        target = dest / f.relative_to(sweep_dir)
+        rel = (Path("bases") / f.parent.name / f.name if f.parent.parent.name == "bases"
+               else f.relative_to(sweep_dir))
+        target = dest / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         if pack:
             # mtime 0: the same file gives the same bytes (re-collecting changes nothing)
@@ -162,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
         args.seeds = list(range(args.n_seeds))
     sweep_dir = Path(args.out) / (args.name or f"compare_{'_'.join(args.budgets)}")
     if args.collect:
-        print(f"copied {collect(sweep_dir, Path(args.collect))} files to {args.collect}")
+        bases = tuple(base_checkpoints(args, (0, 0)))
+        print(f"copied {collect(sweep_dir, Path(args.collect), bases)} files to {args.collect}")
         return 0
     i, _, n = args.shard.partition("/")
     bases = base_checkpoints(args, (int(i), int(n or 1)) if args.bases_only else (0, 1))
