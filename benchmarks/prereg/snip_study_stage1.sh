@@ -35,6 +35,6 @@ nice -n 19 "$PY" benchmarks/snip_compare.py "${ARGS[@]}" &
 for ((i = 1; i < WORKERS; i++)); do
   until [ -f "$OUT/stage1/sweep.json" ]; do sleep 5; done
   sleep 20
-  nice -n 19 "$PY" -m snip compare --resume "$OUT/stage1" --threads 1 &
+  nice -n 19 "$PY" -m snip.cli compare --resume "$OUT/stage1" --threads 1 &
 done
 wait
