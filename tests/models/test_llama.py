@@ -144,6 +144,8 @@ _EXPECTED = {
     "tiny": (0.1e6, 0.2e6),
     "tiny-deep": (0.3e6, 0.4e6),
     "small": (0.7e6, 1.0e6),
+    "small-deep": (1.5e6, 1.8e6),
+    "medium": (6.0e6, 6.6e6),  # the "~6M-parameter width-256" size
     "tinyllama-1.1b": (1.09e9, 1.11e9),
     "llama2-7b": (6.7e9, 6.8e9),
     "llama2-70b": (68.9e9, 69.1e9),
@@ -158,9 +160,18 @@ def test_named_config_param_counts(name):
     assert lo <= build_model(name, device="meta").num_params() <= hi
 
 
-def test_small_config_is_tile_friendly():
-    cfg = get_config("small")
+@pytest.mark.parametrize("name", ["small", "small-deep", "medium"])
+def test_small_configs_are_tile_friendly(name):
+    cfg = get_config(name)
     assert cfg.dim % 128 == 0 and cfg.ffn_hidden % 128 == 0
+    assert (cfg.dim // cfg.n_heads * cfg.n_kv_heads) % 64 == 0
+
+
+def test_larger_sizes_sit_between_small_and_tinyllama():
+    names = list_configs()
+    assert names.index("small") < names.index("small-deep") < names.index("medium") < \
+        names.index("tinyllama-1.1b")
+    assert get_config("small-deep").n_layers == 8 and get_config("medium").dim == 256
 
 
 def test_get_config_errors_and_overrides():

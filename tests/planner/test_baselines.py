@@ -19,11 +19,13 @@ from snip.planner import Budget, Damage, Method, build_problem, measure_damage, 
 from snip.planner.baselines import baseline_order, low_high, ordered_subset
 from snip.planner.oracle import min_cost_exact_sum, unit_key
 from snip.sensitivity import synthetic_table
+from snip.sensitivity.table import GEMMS
 
 TWO = ("fp8_e4m3_tile128", "fp4_e2m1_tile128")
 FOUR = ("bf16", "mxfp8_e4m3", "mxfp4", "nvfp4")
 UNEVEN = {"wq": (256, 256), "wk": (256, 64), "w1": (256, 768), "w2": (768, 256)}
-ORDERED = ("layer_id", "layer_type", "min_rel_err", "random")
+ORDERED = ("layer_id", "layer_type", "min_rel_err", "random", "layer_id_rev", "layer_type_rev",
+           "random_top")
 
 
 def _lex_first_exact(weights, order, target):
@@ -73,7 +75,7 @@ def test_baselines_match_the_ilp_fraction_exactly(seed: int, per_gemm: bool,
             assert sol.plan.meta["match"]["exact"] is True
 
 
-@pytest.mark.parametrize("method", ORDERED)
+@pytest.mark.parametrize("method", [m for m in ORDERED if m != "random_top"])  # its top units
 def test_matched_set_is_the_lexicographically_first_in_order(method: str) -> None:
     t = synthetic_table(3, TWO, seed=1, shapes=UNEVEN, tokens=64)  # 12 units: 4096 subsets
     p = build_problem(t, 0.75)
@@ -226,3 +228,75 @@ def test_oracle_errors() -> None:
     d = Damage(high=TWO[0], low=TWO[1], per_gemm=True, base_loss=0.0, values={})
     with pytest.raises(ValueError, match="no entry"):
         solve(t, 0.5, method="oracle", damage=d)
+
+
+# -- mirrored tie-breaks and random_top -----------------------------------------------------------
+
+
+def _blocks_per_key(problem, order, key):
+    """For each value of ``key(unit)``, the block indices in the order ``order`` visits them."""
+    from snip.planner.baselines import block_index
+
+    out: dict = {}
+    for u in order:
+        out.setdefault(key(u), []).append(block_index(problem.units[u][0]))
+    return out
+
+
+def test_rev_orders_mirror_only_the_tie_break() -> None:
+    from snip.planner.baselines import _type_rank, order_layer_id, order_layer_type
+
+    t = synthetic_table(6, TWO, seed=0)
+    p = build_problem(t, 0.75)
+    name = lambda u: p.units[u][0].rsplit(".", 1)[-1]  # noqa: E731
+    fwd = _blocks_per_key(p, order_layer_type(p), name)
+    rev = _blocks_per_key(p, order_layer_type(p, reverse_ties=True), name)
+    assert fwd["w2"] == [0, 1, 2, 3, 4, 5] and rev["w2"] == [5, 4, 3, 2, 1, 0]
+    # the coarse key (layer type rank) is visited in the same sequence by both
+    rank = [_type_rank(p.units[u][0]) for u in order_layer_type(p)]
+    rank_rev = [_type_rank(p.units[u][0]) for u in order_layer_type(p, reverse_ties=True)]
+    assert rank == sorted(rank) and rank_rev == sorted(rank_rev)
+    ids, ids_rev = order_layer_id(p), order_layer_id(p, reverse_ties=True)
+    blocks = [int(p.units[u][0].split(".")[1]) for u in ids]
+    blocks_rev = [int(p.units[u][0].split(".")[1]) for u in ids_rev]
+    # middle blocks (2, 3: depth 2) first in both; the tie between them is mirrored
+    assert blocks[:14] == [2] * 7 + [3] * 7 and blocks_rev[:14] == [3] * 7 + [2] * 7
+    assert blocks[-7:] == [5] * 7 and blocks_rev[-7:] == [0] * 7
+    # at 0.875 the two tie-breaks send different units of the outer blocks to low
+    plan = solve(t, 0.875, method="layer_type")
+    plan_rev = solve(t, 0.875, method="layer_type_rev")
+    assert plan.layers != plan_rev.layers
+    assert plan.meta["achieved"] == plan_rev.meta["achieved"]
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("budget", [0.75, 0.875])
+@pytest.mark.parametrize("top", [1, 2])
+def test_random_top_keeps_snips_top_units_high(seed: int, budget: float, top: int) -> None:
+    from snip.planner.baselines import order_random, order_random_top, top_units
+
+    t = synthetic_table(4, TWO, seed=seed)
+    p = build_problem(t, budget)
+    keep = top_units(p, top)
+    gain = p.cost[:, 1] - p.cost[:, 0]
+    assert sorted(gain[keep]) == sorted(np.sort(gain)[::-1][:top])
+    order = order_random_top(p, seed, top)
+    assert order[:-top] == [u for u in order_random(p, seed) if u not in keep]
+    sol = solution(t, budget, method="random_top", seed=seed, top=top)
+    ilp = solution(t, budget)
+    assert sol.achieved.fp4_flop_fraction == ilp.achieved.fp4_flop_fraction and sol.exact
+    # kept high exactly when the matched FLOPs can be reached without them (always, here,
+    # for the single top unit; sometimes not for two, whose FLOPs the exact sum may need)
+    from snip.planner.baselines import integer_weights, target_of
+
+    w, g = integer_weights(p.flops)
+    need = round(target_of(p, np.array([TWO.index(ilp.plan.layers[n][GEMMS[0]])
+                                        for n, _ in p.units])).flops[0] / g)
+    without = ordered_subset(dict(enumerate(int(x) for x in w)),
+                             [u for u in order if u not in keep], need)
+    reachable = without is not None and sum(w[u] for u in without) == need
+    assert reachable or top > 1
+    high = all(set(sol.plan.layers[p.units[u][0]].values()) == {TWO[0]} for u in keep)
+    assert high == reachable
+    assert sol.plan.meta["top_units"] == [unit_key(p.units[u]) for u in keep]
+    assert sol.plan.meta["seed"] == seed

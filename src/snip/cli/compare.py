@@ -50,6 +50,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--resume", metavar="DIR", help="continue the comparison in DIR (its sweep.json)")
     a("--summarize", metavar="DIR",
       help="recompute the table and report of DIR from its finished arms, without training")
+    a("--units", type=int, default=0, metavar="N",
+      help="summarize only the first N bases (0: all; e.g. the n an internal pilot fixed)")
+    a("--hypotheses", metavar="FILE",
+      help="pre-registered hypotheses (JSON: delta_min and hypotheses [{id, statement, "
+           "contrasts: [[ARM, COMPARATOR], ...]}], in test order); kept as OUT/hypotheses.json, "
+           "and their verdicts are printed with the table")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -72,8 +78,10 @@ def run(args: argparse.Namespace) -> int:
                       orders=args.orders, reference=args.reference or "", gap=args.gap,
                       eval_batches=args.eval_batches, candidates=args.candidates,
                       out=args.out, threads=args.threads)
+    if args.hypotheses:
+        _keep_hypotheses(Path(args.hypotheses), Path(sweep.out))
     outcome = Outcome.FINISHED if args.summarize else run_sweep(sweep, arm_major=args.arm_major)
-    md, js, report = _write(sweep, args.reference or None, args.gap or None)
+    md, js, report = _write(sweep, args.reference or None, args.gap or None, args.units)
     print(md.read_text())
     print(f"wrote {md}, {js}" + (f" and {report}" if report else ""))
     if outcome is Outcome.INTERRUPTED:
@@ -87,6 +95,29 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _keep_hypotheses(path: Path, out: Path) -> None:
+    """Copy the hypotheses file into the sweep; a different one already there is refused (the
+    pre-registered hypotheses of a sweep never change)."""
+    import json
+
+    from snip.compare.sweep import HYPOTHESES_FILE
+    from snip.errors import UserError
+
+    if not path.is_file():
+        raise UserError(f"--hypotheses {path}: no such file")
+    text = path.read_text()
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UserError(f"--hypotheses {path}: not JSON ({e})") from None
+    kept = out / HYPOTHESES_FILE
+    if kept.is_file() and json.loads(kept.read_text()) != json.loads(text):
+        raise UserError(f"{kept} holds other hypotheses; a sweep's pre-registered hypotheses "
+                        "do not change (use another --out)")
+    out.mkdir(parents=True, exist_ok=True)
+    kept.write_text(text)
+
+
 def compare_report(out: Path) -> Path | None:
     """Rewrite the table and report of the comparison in ``out`` (`snip report OUT`)."""
     from snip.compare import load_sweep
@@ -95,11 +126,11 @@ def compare_report(out: Path) -> Path | None:
 
 
 def _write(sweep, reference: str | None = None,  # noqa: ANN001
-           gap: str | None = None) -> tuple[Path, Path, Path | None]:
+           gap: str | None = None, bases: int = 0) -> tuple[Path, Path, Path | None]:
     """Summarize ``sweep``: compare.md, compare.json and report.html (paths)."""
     from snip.compare import summarize, write_summary
 
-    summary = summarize(sweep, reference=reference, gap=gap)
+    summary = summarize(sweep, reference=reference, gap=gap, bases=bases)
     js, md = write_summary(summary)
     return md, js, _report(sweep, summary)
 

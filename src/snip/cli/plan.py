@@ -38,6 +38,9 @@ METHOD_HELP = {
     "min_rel_err": "lowest relative quantization error low first",
     "random": "a fixed random order per --seed",
     "oracle": "knapsack on measured single-unit damage (needs --damage)",
+    "layer_id_rev": "layer_id with mirrored ties (last block low first)",
+    "layer_type_rev": "layer_type with mirrored ties (last block low first)",
+    "random_top": "SNIP's most sensitive unit kept high, the rest in the random order of --seed",
 }
 
 

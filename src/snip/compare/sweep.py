@@ -15,7 +15,7 @@ per-unit difference to the reference arm is a paired measurement (`snip.compare.
 Everything lives under ``out``::
 
     sweep.json                      the sweep's definition (``--resume OUT`` reads it back)
-    runs/b<i>_o<k>/<arm>/           one ordinary run directory per (unit, arm)
+    runs/b<i>_o<k>/<arm>/           one ordinary run directory per (unit, arm) (Arm.dirname)
     runs/b<i>_o<k>/<arm>/result.json   its final numbers, written when the arm finishes
     compare.json, compare.md        the statistics (JSON and a Markdown table)
     report.html                     the table and the loss curves of all arms (base 0, order 0)
@@ -53,10 +53,20 @@ from typing import Any
 from snip import atomic
 from snip.atomic import pid_alive
 from snip.compare.arms import Arm, Kind
-from snip.compare.stats import Paired, gap_closed, paired, percentile_among
+from snip.compare.halves import half_losses
+from snip.compare.stats import (
+    HypothesisResult,
+    HypothesisSpec,
+    Paired,
+    evaluate_hypotheses,
+    gap_closed,
+    paired,
+    percentile_among,
+)
 from snip.errors import UserError
 
 SWEEP_FILE, RESULT_FILE, CLAIM_FILE = "sweep.json", "result.json", ".claim"
+HYPOTHESES_FILE = "hypotheses.json"  # {"delta_min": nats, "hypotheses": [...]} (optional)
 METRICS = ("val_loss_hp", "val_loss")  # high precision first: the primary comparison
 
 
@@ -96,7 +106,7 @@ class Sweep:
         return [(b, o) for b in range(len(self.bases)) for o in range(self.orders)]
 
     def run_dir(self, unit: tuple[int, int], arm: Arm) -> Path:
-        return Path(self.out) / "runs" / f"b{unit[0]}_o{unit[1]}" / arm.label
+        return Path(self.out) / "runs" / f"b{unit[0]}_o{unit[1]}" / arm.dirname
 
     def to_dict(self) -> dict[str, Any]:
         return {"bases": list(self.bases), "arms": [a.to_dict() for a in self.arms],
@@ -184,7 +194,8 @@ def arm_overrides(sweep: Sweep, base: BaseInfo, unit: tuple[int, int],
         "run.dir": str(run_dir.parent), "run.name": run_dir.name,
         "train.steps": base.step + sweep.steps, "train.eval_every": sweep.steps,
         "train.ckpt_every": sweep.steps, "train.keep_checkpoints": 1,
-        "train.eval_batches": sweep.eval_batches, "log.progress": False, **arm.overrides()}
+        "train.eval_batches": sweep.eval_batches, "log.progress": False,
+        **arm.overrides(unit)}
     if unit[1]:  # data order k > 0: the parent's order seed + k
         values["data.order_seed"] = base.order_seed + unit[1]
     if sweep.candidates and arm.kind is Kind.ADAPTIVE:
@@ -544,7 +555,7 @@ def _record(run_dir: Path, sweep: Sweep, base: BaseInfo, unit: tuple[int, int], 
     record = {"unit": list(unit), "arm": arm.label, "base": str(base.path),
               "base_step": base.step, "step": step, "val_loss": val_loss,
               "val_loss_hp": val_loss_hp, "fp4_flop_fraction": _fp4_fraction(run_dir),
-              "seconds": seconds}
+              "seconds": seconds, **half_losses(run_dir, sweep.eval_batches)}
     atomic.write_text(run_dir / RESULT_FILE, json.dumps(record, indent=1) + "\n")
     return record
 
@@ -570,9 +581,15 @@ class Summary:
     results: dict[str, dict[tuple[int, int], dict[str, Any]]]
     stats: dict[str, list[Paired]] = field(default_factory=dict)
     rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    gap_reference: str = ""  # the arm the "gap closed" column measures from
+    hypotheses: list[HypothesisResult] = field(default_factory=list)
+    diagnostics: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"sweep": self.sweep.to_dict(), "reference": self.reference,
+                "gap_reference": self.gap_reference,
+                "hypotheses": [h.to_dict() for h in self.hypotheses],
+                "diagnostics": self.diagnostics,
                 "results": {a: [r for _, r in sorted(u.items())]
                             for a, u in self.results.items()},
                 "stats": {m: [p.__dict__ | {"n": p.n, "resolved": p.resolved} for p in ps]
@@ -588,9 +605,11 @@ def _families(arms: Sequence[Arm]) -> dict[str, list[str]]:
     return out
 
 
-def summarize(sweep: Sweep, reference: str | None = None, gap: str | None = None) -> Summary:
+def summarize(sweep: Sweep, reference: str | None = None, gap: str | None = None,
+              bases: int = 0) -> Summary:
     """Paired statistics of every arm against ``reference`` over the units where both
-    finished; random families also as the per-unit mean of their draws."""
+    finished; random families also as the per-unit mean of their draws.  ``bases``: only the
+    first that many bases enter (0: all), e.g. the n an internal pilot fixed."""
     reference = reference or sweep.reference or sweep.arms[0].label
     gap = sweep.gap if gap is None else gap
     labels = [a.label for a in sweep.arms]
@@ -601,11 +620,16 @@ def summarize(sweep: Sweep, reference: str | None = None, gap: str | None = None
     for arm in sweep.arms:
         for unit in sweep.units:
             path = sweep.run_dir(unit, arm) / RESULT_FILE
-            record = read_result(path)
+            record = read_result(path) if not (bases and unit[0] >= bases) else None
             if record is not None:
                 results.setdefault(arm.label, {})[unit] = record
     families = _families(sweep.arms)
-    s = Summary(sweep=sweep, reference=reference, results=results)
+    # the gap is always measured from the sweep's own reference (its high-precision arm), so
+    # the column means the same in a table against another reference (e.g. --reference snip)
+    gap_ref = sweep.reference or sweep.arms[0].label
+    hyps, diag = _hypotheses(sweep, results, families)
+    s = Summary(sweep=sweep, reference=reference, results=results, gap_reference=gap_ref,
+                hypotheses=hyps, diagnostics=diag)
     for metric in METRICS:
         values = {a: {u: r[metric] for u, r in by_unit.items()} for a, by_unit in
                   results.items()}
@@ -617,20 +641,47 @@ def summarize(sweep: Sweep, reference: str | None = None, gap: str | None = None
             units = set.intersection(*(set(values.get(m, {})) for m in used))
             values[f"{fam} (mean of {len(used)})"] = {
                 u: sum(values[m][u] for m in used) / len(used) for u in units}
-        s.stats[metric], s.rows[metric] = _table(values, reference, gap, families, results)
+        s.stats[metric], s.rows[metric] = _table(values, reference, gap, families, results,
+                                                 gap_ref)
     return s
 
 
+def _hypotheses(sweep: Sweep, results: dict, families: dict[str, list[str]]
+                ) -> tuple[list[HypothesisResult], dict[str, Any]]:
+    """The verdicts of the hypotheses declared in ``OUT/hypotheses.json`` (none: []) and the
+    diagnostics it asks for (`snip.compare.diagnostics`, on every contrast of two arms)."""
+    from snip.compare.diagnostics import diagnostics
+
+    path = Path(sweep.out) / HYPOTHESES_FILE
+    if not path.is_file():
+        return [], {}
+    d = json.loads(path.read_text())
+    specs = [HypothesisSpec.from_dict(h) for h in d.get("hypotheses", [])]
+    labels = {a.label for a in sweep.arms} | set(families) | {f"search:{f}" for f in families}
+    for h in specs:
+        for label in (x for pair in h.contrasts for x in pair):
+            if label not in labels:
+                raise UserError(f"{path}: hypothesis {h.id} names {label!r}, which is not an "
+                                f"arm or random family of the sweep")
+    verdicts = evaluate_hypotheses(results, specs, float(d["delta_min"]), families)
+    damage_arm = d.get("diagnostics", {}).get("damage_arm", "")
+    arms = {a.label for a in sweep.arms}
+    pairs = [(a, c) for h in specs for a, c in h.contrasts if a in arms and c in arms]
+    return verdicts, diagnostics(sweep, results, damage_arm, pairs) if damage_arm else {}
+
+
 def _table(values: dict[str, dict[tuple[int, int], float]], reference: str, gap: str,
-           families: dict[str, list[str]], results: dict) -> tuple[list[Paired], list[dict]]:
+           families: dict[str, list[str]], results: dict,
+           gap_ref: str = "") -> tuple[list[Paired], list[dict]]:
     ref = values.get(reference, {})
+    gref = values.get(gap_ref or reference, {})
     stats, rows = [], []
     gap_stat = None
     if gap and gap in values:
-        units = sorted(set(values[gap]) & set(ref))
+        units = sorted(set(values[gap]) & set(gref))
         if units:
-            gap_stat = paired(gap, [values[gap][u] for u in units], reference,
-                              [ref[u] for u in units])
+            gap_stat = paired(gap, [values[gap][u] for u in units], gap_ref or reference,
+                              [gref[u] for u in units])
     for label, by_unit in values.items():
         units = sorted(set(by_unit) & set(ref))
         row: dict[str, Any] = {"arm": label, "n": len(units),
@@ -643,11 +694,11 @@ def _table(values: dict[str, dict[tuple[int, int], float]], reference: str, gap:
             row |= {"diff": p.mean, "ci_low": p.ci_low, "ci_high": p.ci_high,
                     "sign_p": p.sign_p, "wilcoxon_p": p.wilcoxon_p}
             if gap_stat is not None and gap in values:
-                both = sorted(set(units) & set(values[gap]))
+                both = sorted(set(by_unit) & set(values[gap]) & set(gref))
                 if both:
                     row["gap_closed"] = gap_closed(_mean([by_unit[u] for u in both]),
                                                    _mean([values[gap][u] for u in both]),
-                                                   _mean([ref[u] for u in both]), gap_stat)
+                                                   _mean([gref[u] for u in both]), gap_stat)
         for fam, members in families.items():
             draws = [_mean(list(values[m].values())) for m in members if values.get(m)]
             if draws and label not in members and not label.startswith(f"{fam} (mean"):

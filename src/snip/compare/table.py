@@ -45,7 +45,13 @@ def markdown(summary: Summary) -> str:
              f"({len(sw.bases)} bases x {sw.orders} orders), {sw.steps} steps each", "",
              f"Paired differences to `{summary.reference}` per unit (same base, same batches, "
              f"same {sw.eval_batches} strided validation batches); negative = lower loss than "
-             "the reference. 95% CI: Student t over units.", ""]
+             "the reference. 95% CI: Student t over units."
+             + (f" Gap closed: share of the `{summary.gap_reference}` to `{sw.gap}` loss gap "
+                "that the arm closes." if sw.gap else ""), ""]
+    if summary.hypotheses:
+        lines += [hypotheses_markdown(summary), ""]
+    if summary.diagnostics:
+        lines += [diagnostics_markdown(summary.diagnostics), ""]
     for metric in METRICS:
         cols = _columns(summary.rows[metric], summary.reference)
         lines += [f"## {_TITLES[metric]}", "", "| " + " | ".join(h for h, _ in cols) + " |",
@@ -53,6 +59,48 @@ def markdown(summary: Summary) -> str:
         for i in range(len(cols[0][1])):
             lines.append("| " + " | ".join(c[i] for _, c in cols) + " |")
         lines.append("")
+    return "\n".join(lines)
+
+
+def hypotheses_markdown(summary: Summary) -> str:
+    """The pre-registered hypotheses, in their order, with each contrast's interval (base
+    means) in both metrics and its verdict."""
+    hs = summary.hypotheses
+    lines = [f"## Pre-registered hypotheses (delta_min {hs[0].delta_min:g} nats; fixed "
+             "sequence: after the first one not supported the rest are exploratory)", "",
+             "| hypothesis | contrast | n bases | high precision: diff [95% CI] | "
+             "as run: diff [95% CI] | verdict |", "|---|---|---|---|---|---|"]
+    for h in hs:
+        tag = f"**{h.verdict.value}**" + ("" if h.confirmatory else " (exploratory)")
+        lines.append(f"| {h.spec.id}: {h.spec.statement} | all of its contrasts | | | | "
+                     f"{tag} |")
+        for c in h.contrasts:
+            p, q = c.primary, c.secondary
+            v = c.verdict.value + (" (below delta_min)" if c.below_delta_min else "")
+            lines.append(f"| | `{p.arm}` - `{p.comparator}` | {p.n} | {_num(p.mean)} "
+                         f"[{_num(p.ci_low)}, {_num(p.ci_high)}] | {_num(q.mean)} "
+                         f"[{_num(q.ci_low)}, {_num(q.ci_high)}] | {v} |")
+    return "\n".join(lines)
+
+
+def diagnostics_markdown(diag: dict[str, Any]) -> str:
+    """Top-unit shares and the regressions on "the comparator keeps the top unit high"."""
+    tops = diag["top_units"]
+    shares = [t["share"] for t in tops if t["share"] is not None]
+    layers: dict[str, int] = {}
+    for t in tops:
+        layers[t["layer"]] = layers.get(t["layer"], 0) + 1
+    lines = [f"## Diagnostics (damage maps of `{diag['damage_arm']}`, {len(tops)} units)", "",
+             f"Top unit per unit: {', '.join(f'{k} ({v})' for k, v in sorted(layers.items()))}; "
+             f"its share of the summed single-layer damage: median "
+             f"{_num(float(sorted(shares)[len(shares) // 2]) if shares else None, '{:.0%}')}.",
+             "", "| contrast | n | comparator keeps top high | slope on that [95% CI] | "
+             "diff where kept [95% CI] |", "|---|---|---|---|---|"]
+    for r in diag["regressions"]:
+        lines.append(f"| `{r['arm']}` - `{r['comparator']}` | {r['n']} | {r['n_kept']} | "
+                     f"{_num(r['beta'])} [{_num(r['beta_low'])}, {_num(r['beta_high'])}] | "
+                     f"{_num(r['mean_kept'])} [{_num(r['mean_kept_low'])}, "
+                     f"{_num(r['mean_kept_high'])}] |")
     return "\n".join(lines)
 
 

@@ -12,11 +12,14 @@ A Llama-style decoder is fully described by a handful of integers. The ones that
 - `rope_theta`: the base of the rotary position frequencies (10 000 for Llama 2, 500 000 for
   Llama 3, which stretches the longest wavelength for longer contexts).
 
-The two small sizes are for this project's own training runs on a CPU or one GPU. `small` keeps
-the model's main widths at multiples of 128 (dim 128, ffn_hidden 384) because SNIP's FP4/FP8
-recipe quantizes in 1x128 and 128x128 tiles; its K/V projections are 64 wide (4 heads of 32,
-2 KV heads), which the block quantizers pad. The large sizes carry the real published shapes
-so that the cost model, the planner and meta-device experiments see true layer sizes.
+The small sizes (`tiny`, `tiny-deep`, `small`, `small-deep`, `medium`) are for this project's own
+training runs on a CPU or one GPU; any other shape trains from a named one with its fields
+replaced (`get_config(name, dim=..., n_layers=...)`, or ``--model.dim`` ... in `snip train`).
+`small` keeps the model's main widths at multiples of 128 (dim 128, ffn_hidden 384) because
+SNIP's FP4/FP8 recipe quantizes in 1x128 and 128x128 tiles; its K/V projections are 64 wide
+(4 heads of 32, 2 KV heads), which the block quantizers pad. The large sizes carry the real
+published shapes so that the cost model, the planner and meta-device experiments see true layer
+sizes.
 """
 
 from __future__ import annotations
@@ -108,6 +111,17 @@ _CONFIGS: dict[str, ModelConfig] = {
     ),
     "small": ModelConfig(
         dim=128, n_layers=4, n_heads=4, n_kv_heads=2, ffn_hidden=384, vocab_size=256,
+        max_seq_len=256,
+    ),
+    # small's width, twice its depth: 56 decision units, step cost about twice small's
+    "small-deep": ModelConfig(
+        dim=128, n_layers=8, n_heads=4, n_kv_heads=2, ffn_hidden=384, vocab_size=256,
+        max_seq_len=256,
+    ),
+    # width 256, 8 blocks: 6.3M linear parameters (8 x 786k), 56 units, between small-deep
+    # and tinyllama-1.1b; widths stay multiples of 128 (K/V: 4 KV heads of 32 = 128)
+    "medium": ModelConfig(
+        dim=256, n_layers=8, n_heads=8, n_kv_heads=4, ffn_hidden=768, vocab_size=256,
         max_seq_len=256,
     ),
     "tinyllama-1.1b": ModelConfig(

@@ -30,13 +30,28 @@ when that table would be too large (odd layer sizes) the fill falls back to the 
                 (E-layer-id)
 ``layer_type``  keep sensitive layer types high: MLP gate/up first, then q/k, v, o, and the
                 MLP down projection last (E-layer-type)
+``*_rev``       ``layer_id_rev``, ``layer_type_rev``: the same orders with the tie-break
+                mirrored (below)
 ``min_rel_err`` lowest local relative quantization error ``||Q(T)-T||/||T||`` at ``low`` first,
                 summed over the unit's GEMM operands (fprop: X, W; dgrad: dY, W; wgrad: dY, X)
 ``random``      a fixed random order per seed: a pure function of (number of units, seed), so
                 ``seed=k`` gives the same draw in every re-planning cycle
+``random_top``  SNIP's own top-``top`` units (largest objective increase ``cost[u, low] -
+                cost[u, high]`` in the table; ties: lower index) kept high, every other unit in
+                the random order of ``seed``: the control for "SNIP's allocation beyond spotting
+                the outlier layer(s)". The fill runs without the top units; only when it
+                cannot hit the target exactly without them do they join, last in the order.
 ``oracle``      not an order: the same knapsack as the ILP on *measured* single-unit damage
                 (:mod:`snip.planner.oracle`), at the same exact target
 =============== ==========================================================================
+
+**Tie-breaks.**  ``layer_id`` and ``layer_type`` rank units by a coarse key (depth from the
+ends, layer type) that many units share.  Ties are broken by *unit index*, the model's module
+order: block 0 before block 1, and inside a block ``wq, wk, wv, wo, w1, w2, w3`` (per GEMM:
+fprop, dgrad, wgrad), so block 0's ``w2`` goes to ``low`` before block 5's.  The ``_rev``
+variants break the same ties by *reverse* unit index (last block first).  Neither is more
+principled; a comparison whose result flips between the two is decided by the tie-break, not
+by the rule, so report both.
 """
 
 from __future__ import annotations
@@ -62,6 +77,9 @@ class Method(enum.Enum):
     MIN_REL_ERR = "min_rel_err"
     RANDOM = "random"
     ORACLE = "oracle"
+    LAYER_ID_REV = "layer_id_rev"
+    LAYER_TYPE_REV = "layer_type_rev"
+    RANDOM_TOP = "random_top"
 
     @classmethod
     def parse(cls, value: Method | str) -> Method:
@@ -124,7 +142,12 @@ def _type_rank(name: str) -> int:
     return next((i for i, types in enumerate(TYPE_ORDER) if last in types), len(TYPE_ORDER))
 
 
-def order_layer_id(problem: Problem) -> list[int]:
+def _tie(u: int, reverse: bool) -> int:
+    """The tie-break key of unit ``u``: its index, or the reverse order (module docstring)."""
+    return -u if reverse else u
+
+
+def order_layer_id(problem: Problem, reverse_ties: bool = False) -> list[int]:
     blocks = [block_index(n) for n, _ in problem.units]
     known = [b for b in blocks if b is not None]
     first, last = (min(known), max(known)) if known else (0, 0)
@@ -132,12 +155,13 @@ def order_layer_id(problem: Problem) -> list[int]:
     def depth_from_ends(u: int) -> int:
         b = blocks[u]
         return -1 if b is None else min(b - first, last - b)
-    return sorted(range(len(problem.units)), key=lambda u: (-depth_from_ends(u), u))
-
-
-def order_layer_type(problem: Problem) -> list[int]:
     return sorted(range(len(problem.units)),
-                  key=lambda u: (_type_rank(problem.units[u][0]), u))
+                  key=lambda u: (-depth_from_ends(u), _tie(u, reverse_ties)))
+
+
+def order_layer_type(problem: Problem, reverse_ties: bool = False) -> list[int]:
+    return sorted(range(len(problem.units)),
+                  key=lambda u: (_type_rank(problem.units[u][0]), _tie(u, reverse_ties)))
 
 
 def order_min_rel_err(problem: Problem, table: SensitivityTable) -> list[int]:
@@ -155,6 +179,22 @@ def order_min_rel_err(problem: Problem, table: SensitivityTable) -> list[int]:
 def order_random(problem: Problem, seed: int) -> list[int]:
     """A fixed permutation per ``seed``: depends on nothing but the unit count and the seed."""
     return [int(u) for u in np.random.default_rng(seed).permutation(len(problem.units))]
+
+
+def top_units(problem: Problem, top: int) -> list[int]:
+    """SNIP's ``top`` most sensitive units: the largest ``cost[u, low] - cost[u, high]`` first
+    (ties: lower unit index)."""
+    low, high = low_high(problem)
+    gain = problem.cost[:, low] - problem.cost[:, high]
+    return sorted(range(len(problem.units)), key=lambda u: (-gain[u], u))[:max(top, 0)]
+
+
+def order_random_top(problem: Problem, seed: int, top: int) -> list[int]:
+    """Every unit but SNIP's top ``top`` in the random order of ``seed`` (the same permutation
+    as ``random``, with the top units taken out), then the top units, least sensitive first."""
+    keep = top_units(problem, top)
+    rest = [u for u in order_random(problem, seed) if u not in keep]
+    return rest + keep[::-1]
 
 
 # -- targets ------------------------------------------------------------------------------------
@@ -289,12 +329,15 @@ def _least_overshoot(problem: Problem, todo: list[int], want: float) -> list[int
 
 
 def baseline_order(problem: Problem, method: Method, table: SensitivityTable,
-                   seed: int = 0) -> list[int]:
+                   seed: int = 0, top: int = 1) -> list[int]:
     orders: dict[Method, Callable[[], list[int]]] = {
         Method.LAYER_ID: lambda: order_layer_id(problem),
         Method.LAYER_TYPE: lambda: order_layer_type(problem),
+        Method.LAYER_ID_REV: lambda: order_layer_id(problem, reverse_ties=True),
+        Method.LAYER_TYPE_REV: lambda: order_layer_type(problem, reverse_ties=True),
         Method.MIN_REL_ERR: lambda: order_min_rel_err(problem, table),
-        Method.RANDOM: lambda: order_random(problem, seed)}
+        Method.RANDOM: lambda: order_random(problem, seed),
+        Method.RANDOM_TOP: lambda: order_random_top(problem, seed, top)}
     if method not in orders:
         raise UserError(f"method {method.value!r} is not an order-based baseline")
     return orders[method]()
@@ -309,8 +352,19 @@ def solve_uniform(problem: Problem) -> np.ndarray:
 
 
 def solve_baseline(problem: Problem, method: Method, table: SensitivityTable, seed: int,
-                   target: Target) -> tuple[np.ndarray, bool]:
-    """A baseline's choice at ``target`` and whether it was hit exactly."""
+                   target: Target, top: int = 1) -> tuple[np.ndarray, bool]:
+    """A baseline's choice at ``target`` and whether it was hit exactly (``top``: the units
+    ``random_top`` keeps high)."""
     if method is Method.UNIFORM:
         return solve_uniform(problem), True
-    return matched_fill(problem, baseline_order(problem, method, table, seed), target)
+    order = baseline_order(problem, method, table, seed, top)
+    if method is Method.RANDOM_TOP and top > 0:
+        # the top units stay out of the fill whenever the target is exact without them (the
+        # lexicographic walk over the whole order could still take one to close the sum)
+        try:
+            choice, exact = matched_fill(problem, order[:-top], target)
+        except UserError:  # the budget needs (some of) them
+            exact = False
+        if exact:
+            return choice, exact
+    return matched_fill(problem, order, target)

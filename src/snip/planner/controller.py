@@ -115,11 +115,12 @@ class Planned:
 
 def plan_from_table(table: SensitivityTable, budget: Budget, *, method: Method,
                     per_gemm: bool, candidates: Sequence[str], seed: int,
-                    damage: Damage | None = None) -> Planned:
+                    damage: Damage | None = None, top: int = 1) -> Planned:
     """The one call into :mod:`snip.planner.solve` (kept apart so its return type can change);
-    ``damage`` is the oracle's measured damage (:func:`oracle_damage`)."""
+    ``damage`` is the oracle's measured damage (:func:`oracle_damage`), ``top`` the units
+    ``random_top`` keeps high."""
     plan = solve(table, budget, method=method, per_gemm=per_gemm, candidates=candidates,
-                 seed=seed, damage=damage)
+                 seed=seed, damage=damage, top=top)
     return Planned(plan=plan, fp4_flop_fraction=plan.meta["achieved"]["fp4_flop_fraction"],
                    objective=plan.meta["objective"])
 
@@ -147,6 +148,7 @@ class Controller:
     loss_fn: LossFn | None = None
     seed: int = 0
     plan_seed: int | None = None  # seed of the random baseline's plan (None: ``seed``)
+    top: int = 1  # random_top: SNIP's most sensitive units kept high
     plans_dir: Path | str | None = None
     step_seconds: float | None = None  # set by a trainer that measures its own step time
     history: list[Cycle] = field(default_factory=list)
@@ -207,7 +209,7 @@ class Controller:
         planned = plan_from_table(self.ema, self.budget, method=self.method,
                                   per_gemm=self.per_gemm, candidates=self.candidates,
                                   seed=self.seed if self.plan_seed is None else self.plan_seed,
-                                  damage=damage)
+                                  damage=damage, top=self.top)
         t2 = time.perf_counter()
         step_s, source = self._step_time(table)
         cycle = Cycle(step=step, stats_seconds=t1 - t0, solve_seconds=t2 - t1,

@@ -18,6 +18,7 @@ elsewhere.  See :mod:`snip.planner.baselines` for the rule.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -34,9 +35,10 @@ from snip.planner.baselines import (
     solve_baseline,
     target_of,
     target_of_fraction,
+    top_units,
 )
 from snip.planner.ilp import solve_ilp
-from snip.planner.oracle import Damage, min_cost_exact_sum
+from snip.planner.oracle import Damage, min_cost_exact_sum, unit_key
 from snip.planner.problem import Budget, Problem, build_problem, infeasible_message
 from snip.sensitivity.table import GEMMS, SensitivityTable
 
@@ -85,10 +87,11 @@ class Solution:
 def solution(table: SensitivityTable, budget: Budget | float, *, method: Method | str = "ilp",
              per_gemm: bool = False, candidates: Sequence[str] | None = None, seed: int = 0,
              reference: Solution | None = None, match: float | None = None,
-             damage: Damage | None = None) -> Solution:
+             damage: Damage | None = None, top: int = 1) -> Solution:
     """The plan minimising normalised loss + weight divergence (``method="ilp"``), or a
     baseline's plan held at the ILP's FP4 fraction, under ``budget`` (a float is an FP4-FLOP
-    fraction in [0, 1]).  ``method="oracle"`` needs ``damage`` (:func:`measure_damage`)."""
+    fraction in [0, 1]).  ``method="oracle"`` needs ``damage`` (:func:`measure_damage`);
+    ``top`` is how many of SNIP's most sensitive units ``random_top`` keeps high."""
     method = Method.parse(method)
     t0 = time.perf_counter()
     budget = Budget.of(budget)
@@ -118,18 +121,22 @@ def solution(table: SensitivityTable, budget: Budget | float, *, method: Method 
         choice, exact, total = solve_oracle(table, problem, damage, target)
         return _finish(problem, choice, method, per_gemm, seed, table.step, t0,
                        target=target, exact=exact, damage=total)
-    choice, exact = solve_baseline(problem, method, table, seed, target)
-    return _finish(problem, choice, method, per_gemm, seed, table.step, t0, target=target,
-                   exact=exact)
+    choice, exact = solve_baseline(problem, method, table, seed, target, top)
+    sol = _finish(problem, choice, method, per_gemm, seed, table.step, t0, target=target,
+                  exact=exact)
+    if method is Method.RANDOM_TOP:
+        keep = [unit_key(problem.units[u]) for u in top_units(problem, top)]
+        sol = dataclasses.replace(sol, plan=sol.plan.with_meta(top_units=keep))
+    return sol
 
 
 def solve(table: SensitivityTable, budget: Budget | float, *, method: Method | str = "ilp",
           per_gemm: bool = False, candidates: Sequence[str] | None = None, seed: int = 0,
           reference: Solution | None = None, match: float | None = None,
-          damage: Damage | None = None) -> PrecisionPlan:
+          damage: Damage | None = None, top: int = 1) -> PrecisionPlan:
     """:func:`solution`'s plan (bookkeeping in ``plan.meta``)."""
     return solution(table, budget, method=method, per_gemm=per_gemm, candidates=candidates,
-                    seed=seed, reference=reference, match=match, damage=damage).plan
+                    seed=seed, reference=reference, match=match, damage=damage, top=top).plan
 
 
 def choice_of_plan(problem: Problem, plan: PrecisionPlan) -> np.ndarray:
@@ -219,7 +226,7 @@ def _finish(problem: Problem, choice: np.ndarray, method: Method, per_gemm: bool
     seconds = time.perf_counter() - t0
     plan = to_plan(problem, choice, method=method, per_gemm=per_gemm, step=step,
                    solve_seconds=seconds)
-    extra: dict = {"seed": seed} if method is Method.RANDOM else {}
+    extra: dict = {"seed": seed} if method in (Method.RANDOM, Method.RANDOM_TOP) else {}
     if target is not None:
         extra["match"] = {"target_fp4_flop_fraction": target_frac, "exact": exact}
     if damage is not None:

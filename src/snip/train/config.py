@@ -99,22 +99,37 @@ def _choice(key: str, value: str, choices: tuple[str, ...]) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class ModelSection:
-    name: str = opt("small", "model size from snip.models (tiny, small, tinyllama-1.1b, ...), "
-                             "or hf:DIR, the shape of a Hugging Face model directory")
+    name: str = opt("small", "model size from snip.models (tiny, tiny-deep, small, small-deep, "
+                             "medium, tinyllama-1.1b, ...), or hf:DIR, the shape of a Hugging Face "
+                             "model directory; the fields below replace its shape")
+    dim: int = opt(0, "model width (0: model.name's)")
+    n_layers: int = opt(0, "transformer blocks (0: model.name's)")
+    n_heads: int = opt(0, "attention heads (0: model.name's)")
+    n_kv_heads: int = opt(0, "key/value heads, grouped-query attention (0: model.name's)")
+    ffn_dim: int = opt(0, "SwiGLU hidden width (0: model.name's)")
+
+    SHAPE = {"dim": "dim", "n_layers": "n_layers", "n_heads": "n_heads",
+             "n_kv_heads": "n_kv_heads", "ffn_dim": "ffn_hidden"}  # key -> ModelConfig field
 
     def __post_init__(self) -> None:
-        from snip.models.configs import list_configs
+        from snip.models.configs import get_config, list_configs
 
-        if self.name.startswith("hf:"):  # a Hugging Face model directory: its config.json
-            from snip.models import get_config
-
-            get_config(self.name)
-            return
-        if self.name not in list_configs():
+        # hf:DIR: the shape of a Hugging Face model directory (its config.json), read below
+        if not self.name.startswith("hf:") and self.name not in list_configs():
             close = difflib.get_close_matches(self.name, list_configs(), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise UserError(f"model.name: unknown model {self.name!r}{hint} "
                             f"(valid: {', '.join(list_configs())})")
+        for key in self.SHAPE:
+            _non_negative(f"model.{key}", getattr(self, key))
+        try:
+            get_config(self.name, **self.shape())
+        except UserError as e:
+            raise UserError(f"model: {e}") from None
+
+    def shape(self) -> dict[str, int]:
+        """The ModelConfig fields this section replaces in model.name's shape."""
+        return {f: getattr(self, k) for k, f in self.SHAPE.items() if getattr(self, k)}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -210,8 +225,8 @@ class PrecisionSection:
                           "run or branch (-1: precision.every for a fresh run, 0 for a branch "
                           "made with --init-from)")
     method: str = opt("ilp", "adaptive: how the plan is chosen: ilp (SNIP) or a baseline at the "
-                             "same budget (uniform, layer_id, layer_type, min_rel_err, random, "
-                             "oracle)",
+                             "same budget (uniform, layer_id, layer_type, layer_id_rev, "
+                             "layer_type_rev, min_rel_err, random, random_top, oracle)",
                       choices=_methods)
     per_gemm: bool = opt(False, "adaptive: choose the format of each GEMM (fprop, dgrad, wgrad) "
                                 "separately instead of one per layer")
@@ -227,6 +242,10 @@ class PrecisionSection:
                      choices=_terms)
     plan_seed: int = opt(0, "adaptive: seed of the random baseline's plan (one fixed plan per "
                             "seed, the same at every re-plan)")
+    keep_top: int = opt(1, "adaptive, method random_top: SNIP's most sensitive units kept high")
+    normalization: str = opt("nats", "adaptive: the objective's scale: nats (one common scale, "
+                                     "the default) or sum (the paper's 1:1 of separately "
+                                     "normalised loss and weight terms) or relative")
     gemm: str = opt("emulated", "how the FP8 GEMMs run: emulated (fp32 GEMM on the dequantized "
                                 "operands, any device) or native (torch._scaled_mm on the FP8 "
                                 "codes; emulated with one warning where unsupported); kept "
@@ -253,6 +272,8 @@ class PrecisionSection:
         _choice("precision.terms", self.terms, ("both", "loss", "weight"))
         _choice("precision.gemm", self.gemm, ("emulated", "native"))
         _non_negative("precision.plan_seed", self.plan_seed)
+        _non_negative("precision.keep_top", self.keep_top)
+        _choice("precision.normalization", self.normalization, ("nats", "sum", "relative"))
         if isinstance(self.warmup, bool) or self.warmup < -1:
             raise UserError(f"precision.warmup must be >= 0 (or -1: automatic), got "
                              f"{self.warmup!r}")

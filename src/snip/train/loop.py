@@ -230,7 +230,7 @@ def model_config(cfg: C.Config, data: Batches) -> ModelConfig:
     """The model of ``cfg`` sized for the data's vocabulary and the run's sequence length."""
     base = get_config(cfg.model.name)
     return get_config(cfg.model.name, vocab_size=data.vocab_size,
-                      max_seq_len=max(cfg.train.seq_len, base.max_seq_len))
+                      max_seq_len=max(cfg.train.seq_len, base.max_seq_len), **cfg.model.shape())
 
 
 def run_dir_for(cfg: C.Config) -> Path:

@@ -71,7 +71,8 @@ def make_controller(cfg: PrecisionSection, out_dir: Path, is_main: bool, seed: i
                       method=cfg.method,
                       per_gemm=cfg.per_gemm, candidates=cfg.candidate_list or DEFAULT_CANDIDATES,
                       calib_batches=cfg.calib_batches, calib_rows=cfg.calib_rows or None,
-                      ema_decay=cfg.ema_decay, terms=cfg.terms, step_tokens=step_tokens)
+                      ema_decay=cfg.ema_decay, terms=cfg.terms, step_tokens=step_tokens,
+                      top=cfg.keep_top, normalization=cfg.normalization)
 
 
 def explicit(plan: PrecisionPlan, model: nn.Module, step: int) -> PrecisionPlan:

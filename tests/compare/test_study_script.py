@@ -1,0 +1,61 @@
+"""benchmarks/snip_compare.py: an interrupted base resumes; --collect keeps the small JSON."""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+_SPEC = importlib.util.spec_from_file_location(
+    "snip_compare_script", Path(__file__).parents[2] / "benchmarks" / "snip_compare.py")
+script = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(script)
+
+
+def test_collect_copies_results_plans_tables_and_damage(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    branch = sweep / "runs" / "b0_o0" / "snip@0.75+once"
+    unfinished = sweep / "runs" / "b0_o0" / "bf16"
+    files = {"result.json": "{}", "plans/step_5.json": "{\"p\": 1}",
+             "sensitivity/step_5.json": "{\"t\": 1}", "sensitivity/step_5_cycle.json": "{}",
+             "sensitivity/step_5_damage.json": "{\"d\": 1}", "config.toml": "a = 1\n",
+             "metrics.jsonl": "{}\n", "checkpoints/step_5/model.pt": "weights"}
+    for rel, text in files.items():
+        for d in (branch, unfinished):
+            (d / rel).parent.mkdir(parents=True, exist_ok=True)
+            (d / rel).write_text(text)
+    (unfinished / "result.json").unlink()
+    (sweep / "sweep.json").write_text("{}")
+    base = tmp_path / "bases" / "s0"
+    (base / "checkpoints" / "step_000005").mkdir(parents=True)
+    (base / "metrics.jsonl").write_text("{\"loss\": 1}\n")
+    (base / "config.toml").write_text("b = 2\n")
+    dest = tmp_path / "dest"
+    script.collect(sweep, dest, (base / "checkpoints" / "step_000005",))
+    out = dest / "runs" / "b0_o0" / "snip@0.75+once"
+    got = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    assert got == ["config.toml.gz", "metrics.jsonl.gz", "plans/step_5.json", "result.json",
+                   "sensitivity/step_5.json.gz", "sensitivity/step_5_damage.json"]
+    assert gzip.decompress((out / "sensitivity/step_5.json.gz").read_bytes()) == b"{\"t\": 1}"
+    assert not (dest / "runs" / "b0_o0" / "bf16").exists()  # unfinished: not collected
+    assert (dest / "sweep.json").is_file()
+    assert gzip.decompress((dest / "bases" / "s0" / "metrics.jsonl.gz").read_bytes()) == \
+        b"{\"loss\": 1}\n"
+
+
+def test_interrupted_base_stops_the_script_and_resumes(tmp_path: Path, ctrl_c_after) -> None:
+    args = argparse.Namespace(bases="", out=str(tmp_path / "study"), seeds=[0, 1],
+                              base_steps=12, steps=2, total_steps=14, warmup_steps=2,
+                              model="tiny", high="bf16", lr=3e-3, batch=4, seq_len=32,
+                              threads=1)
+    bases = tmp_path / "study" / "bases"
+    with ctrl_c_after(10), pytest.raises(SystemExit) as stop:  # Ctrl-C inside seed 0
+        script.base_checkpoints(args)
+    assert stop.value.code == 130
+    assert [p.name for p in (bases / "s0" / "checkpoints").iterdir()] == ["step_000010"]
+    assert not (bases / "s1").exists()  # the script stopped instead of going on
+    got = script.base_checkpoints(args)  # run again: seed 0 continues, seed 1 trains
+    assert [p.name for p in got] == ["step_000012"] * 2 and all(p.is_dir() for p in got)
