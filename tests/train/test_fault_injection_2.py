@@ -51,8 +51,9 @@ def run6(tiny: dict) -> Path:
 
 # -- 1. snip audit never deletes a run it did not write -----------------------------------------
 
-AUDIT = ["audit", "--model", "tiny", "--steps", "2", "--formats", "e4m3", "--no-measure",
-         "--batch", "4", "--seq-len", "32", "--threads", "1"]
+AUDIT = ["audit", "--model.name", "tiny", "--train.steps", "2", "--formats", "e4m3",
+         "--no-measure", "--train.batch_size", "4", "--train.seq_len", "32",
+         "--train.threads", "1"]
 
 
 def test_audit_refuses_a_users_run_and_replaces_only_its_own(
@@ -97,7 +98,7 @@ def test_compare_recomputes_a_missing_result_never_nan(
         capsys: pytest.CaptureFixture) -> None:
     out = tmp_path / "cmp"
     argv = ["compare", "--base", str(run6), "--arm", "bf16", "--steps", "2",
-            "--eval-batches", "2", "--out", str(out), "--threads", "1"]
+            "--train.eval_batches", "2", "--out", str(out), "--train.threads", "1"]
     with ctrl_c_after(8):  # Ctrl-C on the arm's last step
         assert main(argv) == 0
     result = out / "runs" / "b0_o0" / "bf16" / "result.json"
@@ -293,8 +294,8 @@ def test_huge_step_count_and_missing_devices_are_one_line(
 def test_compare_checks_every_arm_before_training(run6: Path, tmp_path: Path,
                                                   capsys: pytest.CaptureFixture) -> None:
     out = tmp_path / "cmp"
-    common = ["compare", "--base", str(run6), "--steps", "2", "--eval-batches", "2",
-              "--out", str(out), "--threads", "1"]
+    common = ["compare", "--base", str(run6), "--steps", "2", "--train.eval_batches", "2",
+              "--out", str(out), "--train.threads", "1"]
     assert main([*common, "--arm", "bf16", "--arm", "snip@0.5", "--candidates",
                  "bf16,bogus"]) == 2
     assert "arm snip@0.5" in _one_line(capsys)
@@ -305,7 +306,7 @@ def test_compare_checks_every_arm_before_training(run6: Path, tmp_path: Path,
     assert main([*common, "--arm", "bf16", "--arm", f"plan:{plan}"]) == 2
     assert "layers.99" in _one_line(capsys)
     assert main([*common[:-1], "-3", "--arm", "bf16"]) == 2
-    assert "--threads" in _one_line(capsys)
+    assert "threads" in _one_line(capsys)
     assert not out.exists()  # nothing trained, no definition saved
     out.mkdir()
     (out / "sweep.json").write_text("{not json")
@@ -358,8 +359,8 @@ def test_a_sweep_with_rows_held_elsewhere_exits_non_zero(
         (held / S.CLAIM_FILE).write_text(json.dumps(
             {**S._identity(), "pid": sleeper.pid, "start": S._start_time(sleeper.pid)}))
         assert main(["compare", "--base", str(run6), "--arm", "bf16", "--arm", "fp32",
-                     "--steps", "1", "--eval-batches", "2", "--out", str(out),
-                     "--threads", "1"]) == 3
+                     "--steps", "1", "--train.eval_batches", "2", "--out", str(out),
+                     "--train.threads", "1"]) == 3
     finally:
         sleeper.kill()
         sleeper.wait()
