@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import enum
+import gc
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -138,7 +139,14 @@ def barrier(info: DistInfo, what: str = "barrier") -> None:
 
 
 def teardown(info: DistInfo) -> None:
+    """Leave the process group.  Drop every DDP wrapper first: its C++ reducer holds a reference
+    to the group and is freed with the GIL held, so if it dropped the *last* reference, gloo's
+    destructor would join worker threads that may still need the GIL to free a finished
+    all-reduce's tensors -- a deadlock at exit (pytorch/pytorch#56297).  Collecting here frees a
+    dropped wrapper now, while the group is still registered; the group itself is then freed by
+    its Python handle, which releases the GIL."""
     if info.enabled and dist.is_initialized():
+        gc.collect()
         dist.destroy_process_group()
 
 

@@ -401,6 +401,7 @@ class Trainer:
 
     def close(self) -> None:
         self.log.close()
+        self.engine = self.model  # DDP's reducer goes before the process group (see teardown)
         distributed.teardown(self.dist)
 
     # -- one step --------------------------------------------------------------------------------
