@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 import os
 import socket
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,7 @@ import torch.multiprocessing as mp
 from safetensors.torch import load_file
 
 from snip.train import checkpoint, from_sources, train
+from snip.train.loop import Hook
 from snip.train.metrics import read_metrics
 
 LOSS_REL = 2e-3  # relative loss difference over a 4-step trajectory (see the module docstring)
@@ -50,19 +52,24 @@ def _free_port() -> int:
 
 
 def _worker(rank: int, world: int, port: int, overrides: dict, resume: str | None,
-            until: int | None) -> None:
+            until: int | None, hooks: Sequence[Hook]) -> None:
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    train(from_sources(overrides=overrides, resume=resume), resume=resume, until=until)
+    one_process(overrides, resume, until, hooks)
 
 
-def two_ranks(overrides: dict, resume: str | None = None, until: int | None = None) -> None:
-    """Train on two gloo ranks (spawned processes) of this machine."""
-    mp.spawn(_worker, args=(2, _free_port(), overrides, resume, until), nprocs=2, join=True)
+def two_ranks(overrides: dict, resume: str | None = None, until: int | None = None,
+              hooks: Sequence[Hook] = ()) -> None:
+    """Train on two gloo ranks (spawned processes) of this machine; ``hooks`` are pickled to
+    each rank."""
+    mp.spawn(_worker, args=(2, _free_port(), overrides, resume, until, tuple(hooks)), nprocs=2,
+             join=True)
 
 
-def one_process(overrides: dict, resume: str | None = None, until: int | None = None) -> None:
-    train(from_sources(overrides=overrides, resume=resume), resume=resume, until=until)
+def one_process(overrides: dict, resume: str | None = None, until: int | None = None,
+                hooks: Sequence[Hook] = ()) -> None:
+    train(from_sources(overrides=overrides, resume=resume), resume=resume, until=until,
+          hooks=hooks)
 
 
 def losses(run: Path) -> dict[int, float]:

@@ -67,31 +67,19 @@ class SaveFirstGradients(Hook):
             save_file(grads, str(self.path))
 
 
-def _grads_worker(rank: int, world: int, port: int, overrides: dict, path: str) -> None:
-    import os
-
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    train(from_sources(overrides=overrides), hooks=[SaveFirstGradients(Path(path))])
-
-
 def test_fsdp_two_ranks_match_one_process(tiny: dict, tmp_path: Path,
                                           capsys: pytest.CaptureFixture) -> None:
     """Round-to-nearest quantized GEMMs (a per-layer, per-GEMM mixed mxfp4/mxfp8 plan): the
     first step's gradients of two FSDP ranks equal one process with two micro-batches bit for
     bit (a two-rank reduce-scatter of halved gradients is exact), the trajectory stays within
     the measured spread of one process with one or two micro-batches."""
-    import torch.multiprocessing as mp
-    from parity import _free_port
-
     settings = {**_settings(tiny, {"precision.plan": mixed_plan(tmp_path / "mixed.json")}),
                 "train.grad_clip": 0.0}  # the clip norm of shards sums in another order
     one_process({**settings, "run.name": "one"})
-    accum = {**settings, "run.name": "accum", "train.grad_accum": 2}
-    train(from_sources(overrides=accum), hooks=[SaveFirstGradients(tmp_path / "g_one.st")])
-    fsdp = {**settings, "run.name": "fsdp", "dist.strategy": "fsdp"}
-    mp.spawn(_grads_worker, args=(2, _free_port(), fsdp, str(tmp_path / "g_fsdp.st")),
-             nprocs=2, join=True)
+    one_process({**settings, "run.name": "accum", "train.grad_accum": 2},
+                hooks=[SaveFirstGradients(tmp_path / "g_one.st")])
+    two_ranks({**settings, "run.name": "fsdp", "dist.strategy": "fsdp"},
+              hooks=[SaveFirstGradients(tmp_path / "g_fsdp.st")])
     g_one, g_fsdp = load_file(str(tmp_path / "g_one.st")), load_file(str(tmp_path / "g_fsdp.st"))
     assert set(g_one) == set(g_fsdp) and len(g_one) > 0
     for k in g_one:

@@ -34,7 +34,7 @@ from snip.compare.arms import SNIP_METHOD, Arm, Kind
 from snip.compare.stats import Paired
 from snip.compare.sweep import METRICS, Summary
 from snip.report.html import Section, _img, _precision_section, _table, page
-from snip.report.plots import _smooth, plt, precision_map
+from snip.report.plots import _finish, _smooth, plt, precision_map
 from snip.report.runs import RunData, load_run
 
 TITLES = {"val_loss_hp": "validation loss, high precision (the weights)",
@@ -257,12 +257,7 @@ def loss_plot(summary: Summary, runs: dict[str, list[RunData]], path: Path) -> P
     right.set_xticks(range(len(arm_labels)), arm_labels, rotation=30, ha="right", fontsize=7)
     right.set(ylabel="final val loss, high precision",
               title="every unit's final validation loss (one line per unit)")
-    right.grid(alpha=0.3)
-    right.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _finish(fig, right, path)
 
 
 def _arms_section(summary: Summary, arms: dict[str, Arm]) -> Section:
