@@ -48,13 +48,44 @@ def test_report_skips_foreign_lines_among_events(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("content", ["[1, 2]", '"text"', "3"])
 def test_json_inputs_that_are_not_objects(content: str, tmp_path: Path) -> None:
-    from snip.data.tokenizer import load_tokenizer
     from snip.errors import UserError
-    from snip.optim.mask import TileMask
-    from snip.sensitivity.table import SensitivityTable
 
     f = tmp_path / "x.json"
     f.write_text(content)
-    for load in (TileMask.load, load_tokenizer, SensitivityTable.from_json):
+    for load in _JSON_READERS():
         with pytest.raises(UserError, match="must hold a JSON object"):
             load(f)
+
+
+def _JSON_READERS() -> tuple:
+    from snip.data.tokenizer import load_tokenizer
+    from snip.optim.mask import TileMask
+    from snip.plan import PrecisionPlan, ThroughputProfile
+    from snip.sensitivity.table import SensitivityTable
+
+    return (TileMask.load, load_tokenizer, SensitivityTable.from_json, PrecisionPlan.from_json,
+            ThroughputProfile.from_json)
+
+
+@pytest.mark.parametrize("content, message", [
+    (b'{"a": 1,\n "b": }', r"x\.json is not valid JSON: line 2, column 7"),
+    (b"\xff\xfe\x00garbage", r"cannot read .*x\.json: not UTF-8 text"),
+])
+def test_json_inputs_that_are_not_json_name_the_file_in_one_voice(
+        content: bytes, message: str, tmp_path: Path) -> None:
+    from snip.errors import UserError
+
+    f = tmp_path / "x.json"
+    f.write_bytes(content)
+    for load in _JSON_READERS():
+        with pytest.raises(UserError, match=message):
+            load(f)
+
+
+def test_a_missing_json_input_is_a_missing_file_error(tmp_path: Path) -> None:
+    from snip.errors import MissingFileError
+
+    for load in _JSON_READERS():
+        missing = r"nope\.json.* (does not exist|nor an existing JSON file)"
+        with pytest.raises(MissingFileError, match=missing):
+            load(tmp_path / "nope.json")

@@ -195,17 +195,20 @@ def test_disk_full_while_logging_names_the_file(tiny: dict, monkeypatch: pytest.
 
 def test_disk_full_writing_config_toml(tiny: dict, monkeypatch: pytest.MonkeyPatch,
                                        capsys: pytest.CaptureFixture) -> None:
-    real = Path.write_text
+    real = Path.open
 
-    def write_text(self: Path, data: str, *a: object, **k: object) -> int:
-        if self.name == "config.toml":
+    def open_(self: Path, mode: str = "r", *a: object, **k: object) -> object:
+        if self.name.startswith(".config.toml.tmp-") and "w" in mode:  # its atomic temporary
             raise OSError(errno.ENOSPC, "No space left on device")
-        return real(self, data, *a, **k)
+        return real(self, mode, *a, **k)
 
-    monkeypatch.setattr(Path, "write_text", write_text)
+    monkeypatch.setattr(Path, "open", open_)
     assert main(["train", *_argv(tiny)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "config.toml" in err and "no space left" in err
+    run = Path(tiny["run.dir"]) / "tiny"
+    assert not (run / "config.toml").exists()
+    assert not [p.name for p in run.iterdir() if p.name.startswith(".config.toml")]
 
 
 def test_skips_are_limited(tiny: dict, monkeypatch: pytest.MonkeyPatch) -> None:

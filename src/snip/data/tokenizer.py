@@ -31,6 +31,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from snip import jsonfile
 from snip.errors import MissingFileError, UserError
 
 EOT_TEXT = "<|endoftext|>"
@@ -176,14 +177,7 @@ def load_tokenizer(spec: str | Path | dict[str, Any] | Tokenizer = "byte") -> To
             f"tokenizer {str(spec)!r} is neither 'byte' nor an existing JSON file; "
             "pass 'byte' or the path of a tokenizer saved with .save()"
         )
-    try:
-        d = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:  # (ValueError: also bytes that are not UTF-8)
-        raise UserError(f"cannot read tokenizer JSON {path}: {type(e).__name__}: "
-                        f"{str(e)[:120]}") from None
-    if not isinstance(d, dict):
-        raise UserError(f"tokenizer file {path} must hold a JSON object, not {type(d).__name__}")
-    return tokenizer_from_dict(d)
+    return tokenizer_from_dict(jsonfile.read_object(path, "tokenizer file"))
 
 
 # --- Hugging Face transformers layout ----------------------------------------------------------

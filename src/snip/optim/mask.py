@@ -32,7 +32,8 @@ from pathlib import Path
 
 import torch
 
-from snip.errors import MissingFileError, UserError
+from snip import jsonfile
+from snip.errors import UserError
 
 DEFAULT_TILE_SIZE = 768
 MASK_VERSION = 1
@@ -172,18 +173,9 @@ class TileMask:
 
     @classmethod
     def load(cls, path: str | Path) -> TileMask:
-        path = Path(path)
-        if not path.is_file():
-            raise MissingFileError(f"mask file {str(path)!r} does not exist; build one with "
-                                   f"`snip audit --mask-out FILE`")
-        try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError as e:
-            raise UserError(f"mask file {str(path)!r} is not valid JSON: {e}") from None
-        if not isinstance(data, dict):
-            raise UserError(f"mask file {str(path)!r} must hold a JSON object, not "
-                            f"{type(data).__name__}")
-        return cls.from_dict(data, source=f"mask file {str(path)!r}")
+        data = jsonfile.read_object(path, "mask file",
+                                    hint="; build one with `snip audit --mask-out FILE`")
+        return cls.from_dict(data, source=f"mask file {path}")
 
 
 def full_mask(shapes: Mapping[str, Iterable[int]], tile_size: int = DEFAULT_TILE_SIZE) -> TileMask:

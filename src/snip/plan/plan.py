@@ -47,8 +47,8 @@ from typing import Any, NamedTuple
 
 from torch import nn
 
-from snip import atomic
-from snip.errors import MissingFileError, UserError
+from snip import atomic, jsonfile
+from snip.errors import UserError
 from snip.formats import PRESETS, QuantSpec, get_spec
 from snip.nn import qlinear_layers
 from snip.nn.native import GemmImpl, as_gemm_impl
@@ -180,11 +180,8 @@ class PrecisionPlan:
         if isinstance(source, Mapping):
             return cls.from_dict(source)
         if isinstance(source, str) and source.lstrip().startswith("{"):
-            return cls.from_dict(_loads(source, "plan JSON string"))
-        path = Path(source)
-        if not path.is_file():
-            raise MissingFileError(f"plan file not found: {path}")
-        return cls.from_dict(_loads(path.read_text(), f"plan file {path}"))
+            return cls.from_dict(jsonfile.loads(source, "plan JSON string"))
+        return cls.from_dict(jsonfile.read_object(source, "plan file"))
 
     @classmethod
     def from_dict(cls, data: Mapping) -> PrecisionPlan:
@@ -325,14 +322,6 @@ class PrecisionPlan:
 # --------------------------------------------------------------------------------------------
 # Helpers
 # --------------------------------------------------------------------------------------------
-
-def _loads(text: str, what: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise UserError(f"{what} is not valid JSON: line {e.lineno}, column {e.colno}: "
-                        f"{e.msg}") from None
-
 
 def _candidate_names(model: nn.Module | None, linear_names: Iterable[str] | None) -> list[str]:
     if linear_names is not None:

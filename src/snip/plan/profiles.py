@@ -32,13 +32,13 @@ User tables come from a dict or a JSON file: ``{"name": ..., "relative_speed": {
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from snip.errors import MissingFileError, UserError
+from snip import jsonfile
+from snip.errors import UserError
 from snip.formats import QuantSpec, get_spec
 
 SpeedKey = int | str
@@ -90,14 +90,7 @@ class ThroughputProfile:
 
     @classmethod
     def from_json(cls, path: str | Path) -> ThroughputProfile:
-        path = Path(path)
-        if not path.is_file():
-            raise MissingFileError(f"throughput profile file not found: {path}")
-        try:
-            return cls.from_dict(json.loads(path.read_text()))
-        except json.JSONDecodeError as e:
-            raise UserError(f"profile file {path} is not valid JSON: line {e.lineno}, "
-                            f"column {e.colno}: {e.msg}") from None
+        return cls.from_dict(jsonfile.read_object(path, "throughput profile file"))
 
 
 def _parse_key(key: object, profile: str) -> SpeedKey:

@@ -48,8 +48,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from snip import atomic
-from snip.errors import MissingFileError, UserError
+from snip import atomic, jsonfile
+from snip.errors import UserError
 from snip.nn.specs import GEMM_NAMES, Gemm
 
 TABLE_VERSION = 1
@@ -210,16 +210,7 @@ class SensitivityTable:
 
     @classmethod
     def from_json(cls, source: str | Path) -> SensitivityTable:
-        path = Path(source)
-        if not path.is_file():
-            raise MissingFileError(f"sensitivity table not found: {path}")
-        try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError as e:
-            raise UserError(f"{path} is not valid JSON: {e}") from None
-        if not isinstance(data, dict):
-            raise UserError(f"{path} must hold a JSON object, not {type(data).__name__}")
-        return cls.from_dict(data)
+        return cls.from_dict(jsonfile.read_object(source, "sensitivity table"))
 
 
 def _finite_or_none(x: float) -> float | None:

@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from snip.errors import MissingFileError, UserError, disk_error
+from snip import atomic
+from snip.errors import MissingFileError, UserError
 from snip.optim import Policy, WritebackConfig
 from snip.train.schedule import Shape
 
@@ -657,11 +658,7 @@ def to_dict(config: Config) -> dict[str, Any]:
 
 def write_toml(config: Config, path: str | Path,
                history: list[dict[str, Any]] | None = None) -> None:
-    text = to_toml(config, history)
-    try:
-        Path(path).write_text(text)
-    except OSError as e:
-        raise disk_error(e, Path(path), len(text)) from None
+    atomic.write_text(path, to_toml(config, history))
 
 
 def load(path: str | Path) -> Config:

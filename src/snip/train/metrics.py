@@ -35,6 +35,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from snip import atomic
 from snip.errors import UserError, disk_error
 
 
@@ -115,22 +116,13 @@ def _step(event: dict[str, Any]) -> float:
 def truncate_after(path: Path, step: int) -> None:
     """Drop events later than ``step``: a resumed run rewrites that part of its history.
 
-    Atomic: the trimmed copy goes to a hidden file beside ``path`` and is renamed over it."""
-    for stale in path.parent.glob(f".{path.name}.tmp-*"):  # left by a killed rewrite
-        stale.unlink(missing_ok=True)
+    Atomic (`snip.atomic`): a kill mid-rewrite leaves the old history, whose temporary the next
+    rewrite removes."""
     if not path.is_file():
+        atomic.clean_stale(path)
         return
     text = "".join(json.dumps(e) + "\n" for e in read_metrics(path) if _step(e) <= step)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with tmp.open("w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise disk_error(e, path, len(text)) from None
+    atomic.write_text(path, text)
 
 
 class Progress:
