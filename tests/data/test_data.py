@@ -226,10 +226,10 @@ def test_stdlib_dataset_and_cache_reuse(tmp_path, monkeypatch):
     assert first.vocab_size == 256 and len(first.val) > 0 and len(first.train) > 100_000
     assert sorted(p.suffix for p in tmp_path.iterdir()) == [".npy", ".npy"]  # no temp leftovers
 
-    def no_reading(path):
+    def no_reading(path, *args, **kwargs):
         raise AssertionError(f"cache miss: read {path}")
 
-    monkeypatch.setattr(corpus, "read_text", no_reading)
+    monkeypatch.setattr(corpus.stream, "text_pieces", no_reading)
     second = load_dataset(max_files=80, cache_dir=tmp_path)
     assert isinstance(second.train, np.memmap)
     assert np.array_equal(first.train, second.train) and np.array_equal(first.val, second.val)

@@ -491,13 +491,14 @@ def test_a_run_that_cannot_fit_is_refused_before_it_is_built(
     assert main(["train", *_argv({**tiny, "train.steps": 1}), "--train.force", "true"]) == 0
 
 
-def test_a_corpus_too_large_to_tokenize_in_memory_is_refused(
-        tiny: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture) -> None:
+def test_a_corpus_larger_than_free_memory_is_streamed_and_only_in_memory_is_refused(
+        tiny: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import snip.runtime
+    from snip.data import load_dataset
 
     monkeypatch.setenv("SNIP_CACHE_DIR", str(tmp_path / "cache"))  # not tokenized before
     monkeypatch.setattr(snip.runtime, "mem_available", lambda: 100_000)  # < 8 x 150 kB
-    assert main(["train", *_argv(tiny)]) == 2
-    assert "pre-tokenize it into a .bin" in _one_line(capsys)
-    assert not (Path(tiny["run.dir"]) / "tiny").exists()
+    monkeypatch.setattr("snip.data.stream.PIECE_CHARS", 4096)  # the corpus in many pieces
+    assert main(["train", *_argv({**tiny, "train.steps": 2})]) == 0  # tokenized to the cache
+    with pytest.raises(UserError, match="tokenize it with the cache on"):
+        load_dataset(tiny["data.path"], cache=False)

@@ -20,9 +20,11 @@ Data flow:
   is split instead: its last `val_fraction` of tokens become validation.
 - Cache: the two streams are saved as `.npy` files whose name hashes the interpreter version, the
   tokenizer, the split fraction and a fingerprint of the documents (relative path, size, mtime),
-  so a second run only stats the files and memory-maps the arrays. Files are written to a
-  temporary name and moved into place with `os.replace`, which is atomic: concurrent runs (one per
-  rank) either see a complete file or none.
+  so a second run only stats the files and memory-maps the arrays. The corpus is tokenized
+  piece by piece straight into these files (`snip.data.stream`), so its size is bounded by the
+  disk, not the memory, with a progress line for large corpora. Files are written to a temporary
+  name and moved into place with `os.replace`, which is atomic: concurrent runs (one per rank)
+  either see a complete file or none.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ from pathlib import Path
 
 import numpy as np
 
+from snip import atomic
+from snip.data import stream
 from snip.data.tokenizer import Tokenizer
 from snip.errors import MissingFileError, UserError
 
@@ -200,8 +204,8 @@ def _check_fits(docs: Sequence[Document]) -> None:
         raise UserError(
             f"the text corpus is {size / 2**30:.1f} GiB; tokenizing it in memory needs about "
             f"{size * TOKENIZE_BYTES_PER_BYTE / 2**30:.1f} GiB but {free / 2**30:.1f} GiB is "
-            "free: pre-tokenize it into a .bin token file (read memory-mapped) or use a part "
-            "of it")
+            "free: tokenize it with the cache on (streamed to disk), pre-tokenize it into a "
+            ".bin token file (read memory-mapped) or use a part of it")
 
 
 def default_cache_dir() -> Path:
@@ -223,13 +227,6 @@ def _fingerprint(docs: Sequence[Document], tokenizer: Tokenizer, val_fraction: f
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
 
 
-def _save_atomic(path: Path, array: np.ndarray) -> None:
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        np.save(f, array)
-    os.replace(tmp, path)
-
-
 def tail_split(tokens: np.ndarray, val_fraction: float) -> tuple[np.ndarray, np.ndarray]:
     """The last `val_fraction` of a stream (at least one token) as val, the rest as train."""
     n_val = int(len(tokens) * val_fraction)
@@ -246,27 +243,80 @@ def tokenize_corpus(
     cache: bool = True,
     name: str = "corpus",
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(train, val) token streams for `docs`, loaded from the cache when it is current."""
+    """(train, val) token streams for `docs`, loaded from the cache when it is current.
+
+    With the cache (the default) the corpus is tokenized piece by piece straight into the
+    cache files and memory-mapped (`snip.data.stream`): any size fits in memory.  Without it
+    the streams are built in memory, and a corpus too large for that is refused."""
     train_docs, val_docs = split_documents(docs, val_fraction)
-    if cache:
-        stem = f"{name}-py{sys.version_info[0]}.{sys.version_info[1]}-{tokenizer.name}-"
-        stem += _fingerprint(docs, tokenizer, val_fraction)
-        root = Path(cache_dir or default_cache_dir())
-        paths = [root / f"{stem}-{split}.npy" for split in ("train", "val")]
-        if all(p.exists() for p in paths):
-            return tuple(np.load(p, mmap_mode="r") for p in paths)
-    if val_fraction > 0 and not (train_docs and val_docs):
-        train, val = tail_split(tokenize_documents(docs, tokenizer), val_fraction)
-    else:
-        train = tokenize_documents(train_docs, tokenizer)
-        val = tokenize_documents(val_docs, tokenizer)
-    if len(train) + len(val) <= len(docs):  # nothing but one end-of-text id per document
+    tail = val_fraction > 0 and not (train_docs and val_docs)  # split the stream, not the files
+    if not cache:
+        if tail:
+            train, val = tail_split(tokenize_documents(docs, tokenizer), val_fraction)
+        else:
+            train = tokenize_documents(train_docs, tokenizer)
+            val = tokenize_documents(val_docs, tokenizer)
+        _check_not_empty(len(train) + len(val), docs, name)
+        return train, val
+    stem = f"{name}-py{sys.version_info[0]}.{sys.version_info[1]}-{tokenizer.name}-"
+    stem += _fingerprint(docs, tokenizer, val_fraction)
+    root = Path(cache_dir or default_cache_dir())
+    paths = [root / f"{stem}-{split}.npy" for split in ("train", "val")]
+    if not all(p.exists() for p in paths):
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise atomic.write_error(e, root) from None
+        _stream_corpus(docs, train_docs, val_docs, tail, val_fraction, tokenizer, paths, name)
+    return tuple(np.load(p, mmap_mode="r") for p in paths)
+
+
+def _stream_corpus(docs: Sequence[Document], train_docs: Sequence[Document],
+                   val_docs: Sequence[Document], tail: bool, val_fraction: float,
+                   tokenizer: Tokenizer, paths: Sequence[Path], name: str) -> None:
+    """Tokenize into the two cache files (`snip.data.stream`); the val file first, so a
+    complete train file means a complete cache."""
+    dtype = _token_dtype(tokenizer.vocab_size)
+    encode = getattr(tokenizer, "encode_array", None) or tokenizer.encode
+    eot = np.array([tokenizer.eot_id], dtype=dtype)
+    progress = stream.ByteProgress(sum(_size(d) for d in docs), f"the {name} corpus")
+
+    def write(out: stream.NpyAppender, split: Sequence[Document]) -> None:
+        for d in split:
+            try:
+                for piece in stream.text_pieces(d.path, on_read=progress.update):
+                    out.append(np.asarray(encode(piece), dtype=dtype))
+            except OSError as e:
+                raise UserError(f"cannot read {d.path}: {e.strerror or e}; check its "
+                                "permissions") from None
+            out.append(eot)
+
+    with stream.NpyAppender(paths[0], dtype) as train, stream.NpyAppender(paths[1], dtype) as val:
+        write(train, docs if tail else train_docs)
+        if not tail:
+            write(val, val_docs)
+        _check_not_empty(train.length + val.length, docs, name)
+        if tail:
+            n_val = max(int(train.length * val_fraction), 1)
+            val.append(train.tail(n_val))
+            val.commit()
+            train.commit(train.length - n_val)
+        else:
+            val.commit()
+            train.commit()
+    progress.close()
+
+
+def _size(d: Document) -> int:
+    try:
+        return d.path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _check_not_empty(n_tokens: int, docs: Sequence[Document], name: str) -> None:
+    if n_tokens <= len(docs):  # nothing but one end-of-text id per document
         raise UserError(
             f"the {name} corpus is empty ({len(docs)} documents, no text); add text or point to "
             "another source"
         )
-    if cache:
-        paths[0].parent.mkdir(parents=True, exist_ok=True)
-        for p, a in zip(paths, (train, val), strict=True):
-            _save_atomic(p, a)
-    return train, val
