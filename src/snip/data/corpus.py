@@ -298,7 +298,8 @@ def _stream_corpus(docs: Sequence[Document], train_docs: Sequence[Document],
         _check_not_empty(train.length + val.length, docs, name)
         if tail:
             n_val = max(int(train.length * val_fraction), 1)
-            val.append(train.tail(n_val))
+            for part in train.tail(n_val):
+                val.append(part)
             val.commit()
             train.commit(train.length - n_val)
         else:

@@ -9,8 +9,8 @@ tokens to the cache file, which is then memory-mapped like any other:
 
 - **Pieces** (`text_pieces`): about `PIECE_CHARS` characters each, cut just after the last
   line break in the block read, so no token spans a cut except where a line is longer than four
-  pieces.  They are read through a text file object (incremental UTF-8 decoding, universal
-  newlines), so their concatenation is exactly `Path.read_text(errors="replace")`.  A document
+  pieces.  Bytes are decoded incrementally and newlines translated as Python's universal
+  newlines do, so their concatenation is exactly `Path.read_text(errors="replace")`.  A document
   smaller than a piece (every file of the built-in corpus) is one piece: its tokens equal
   whole-text tokenization bit for bit, for any tokenizer; for the byte tokenizer this holds for
   every size.  A BPE tokenizer may merge whitespace across a line break differently at a cut
@@ -26,6 +26,7 @@ tokens to the cache file, which is then memory-mapped like any other:
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import os
 import sys
@@ -38,7 +39,7 @@ import numpy as np
 
 from snip import atomic
 
-PIECE_CHARS = 16 << 20  # about this many characters of text are tokenized at once
+PIECE_CHARS = 4 << 20  # about this many characters of text are tokenized at once
 PROGRESS_MIN_BYTES = 64 << 20  # smaller corpora tokenize in seconds: no progress line
 _HEADER_BYTES = 128  # the .npy v1.0 header (magic, version, length, dict, padding)
 
@@ -49,15 +50,18 @@ def text_pieces(path: Path, piece_chars: int | None = None,
     characters (default `PIECE_CHARS`) that end just after a line break (module docstring);
     ``on_read`` is told the number of bytes of every block read."""
     piece_chars = piece_chars or PIECE_CHARS
-    carry, done = "", 0
-    # A text file object: incremental UTF-8 decoding and universal newlines, as in read_text.
-    with open(path, encoding="utf-8", errors="replace") as f:
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    carry, cr = "", ""
+    # Bytes decoded incrementally, then universal newlines as read_text does them.  (Not a text
+    # file object: CPython 3.11's TextIOWrapper.read(n) keeps ~n bytes per call, 1 GB for 1 GB.)
+    with open(path, "rb") as f:
         while True:
             block = f.read(piece_chars)
             if on_read is not None:
-                on_read(f.buffer.tell() - done)
-                done = f.buffer.tell()
-            text = carry + block
+                on_read(len(block))
+            text = cr + decoder.decode(block, final=not block)
+            cr = "\r" if block and text.endswith("\r") else ""  # its "\n" may come next
+            text = carry + (text[:-1] if cr else text).replace("\r\n", "\n").replace("\r", "\n")
             if not block:
                 if text:
                     yield text
@@ -114,12 +118,14 @@ class NpyAppender:
             raise atomic.write_error(e, self.path) from None
         self.length += len(tokens)
 
-    def tail(self, n: int) -> np.ndarray:
-        """A copy of the last ``n`` tokens appended so far."""
+    def tail(self, n: int, chunk: int = 1 << 22) -> Iterator[np.ndarray]:
+        """The last ``n`` tokens appended so far, in copies of at most ``chunk`` tokens."""
         assert self._f is not None
         self._f.flush()
-        offset = _HEADER_BYTES + (self.length - n) * self.dtype.itemsize
-        return np.fromfile(self.tmp, dtype=self.dtype, count=n, offset=offset)
+        for start in range(self.length - n, self.length, chunk):
+            offset = _HEADER_BYTES + start * self.dtype.itemsize
+            yield np.fromfile(self.tmp, dtype=self.dtype, offset=offset,
+                              count=min(chunk, self.length - start))
 
     def commit(self, length: int | None = None) -> None:
         """Keep the first ``length`` tokens (all by default) and rename the file into place."""
