@@ -13,8 +13,10 @@ from snip.data import load_dataset, stream
 from snip.data.tokenizer import ByteTokenizer, train_bpe
 from snip.errors import UserError
 
-# Multi-byte characters (2, 3 and 4 bytes), invalid bytes, CRLF, a long line, no final newline.
-TEXT = ("héllo wörld €uro 𝄞 clef\r\n" * 40 + "x" * 300 + "\n" + "tail ünïcode").encode()
+# Multi-byte characters (2, 3 and 4 bytes), invalid bytes, CRLF and lone CR (one last), a long
+# line, no final newline.
+TEXT = ("héllo wörld €uro 𝄞 clef\r\n" * 40 + "x" * 300 + "\n" + "old mac\rline\r\r\n"
+        + "tail ünïcode\r").encode()
 TEXT = TEXT[:500] + b"\xff\xfe" + TEXT[500:]
 
 
