@@ -2,7 +2,7 @@
 
 1. Train the ``tiny`` model in fp32 for ``--steps`` steps (the checkpoint) with ``snip.train``
    (the product's training loop), on a schedule of ``--steps + --k`` steps.
-2. Predict with one statistics cycle (:func:`snip.sensitivity.measure`, ``--micro-batches``).
+2. Predict with one statistics cycle (:func:`snip.sensitivity.measure`, ``--calib-batches``).
 3. Ground truth, in nats, for every linear layer ``l``: continue ``--k`` AdamW steps with *all
    three* GEMMs of ``l`` in ``fp4_e2m1_tile128`` (the rest fp32) as an ``--init-from`` branch
    of the checkpoint, then evaluate the held-out loss with ``l`` still quantized; subtract the
@@ -63,7 +63,7 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--seq", type=int, default=64)
     p.add_argument("--lr", type=float, default=3e-3)
-    p.add_argument("--micro-batches", type=int, default=4)
+    p.add_argument("--calib-batches", type=int, default=4)
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--eval-batches", type=int, default=32)
     p.add_argument("--threads", type=int, default=1)
@@ -87,7 +87,7 @@ def main() -> None:
     table = measure(probe.model,
                     lambda i: probe.data.train_batch(CALIBRATION_KEY + i, t.batch_size, t.seq_len),
                     optimizer=probe.optimizer, step=args.steps,
-                    config=SensitivityConfig(candidates=CANDS, micro_batches=args.micro_batches,
+                    config=SensitivityConfig(candidates=CANDS, calib_batches=args.calib_batches,
                                              normalization=Normalization.NATS))
 
     def continued(layer: str | None, repeat: int) -> float:

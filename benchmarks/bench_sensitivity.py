@@ -40,10 +40,10 @@ from snip.train import from_sources
 from snip.train.loop import CALIBRATION_KEY, Trainer
 
 SETTINGS = {
-    "rows8 (1x1024 tokens)": dict(micro_batches=1),
-    "rows4 (512 tokens)": dict(micro_batches=1, rows=4),
-    "rows2 (256 tokens, controller default)": dict(micro_batches=1, rows=2),
-    "rows2 exact propagation": dict(micro_batches=1, rows=2, propagation=Propagation.EXACT),
+    "rows8 (1x1024 tokens)": dict(calib_batches=1),
+    "rows4 (512 tokens)": dict(calib_batches=1, calib_rows=4),
+    "rows2 (256 tokens, controller default)": dict(calib_batches=1, calib_rows=2),
+    "rows2 exact propagation": dict(calib_batches=1, calib_rows=2, propagation=Propagation.EXACT),
 }
 RUN_STEPS, RUN_CYCLES = 250, 2
 
@@ -87,7 +87,7 @@ def retest(args: argparse.Namespace) -> None:
 
     out = {}
     for rows in (2, 8):
-        cfg = SensitivityConfig(rows=rows, step_tokens=1024)
+        cfg = SensitivityConfig(calib_rows=rows, step_tokens=1024)
         tables = [measure(model, calib, optimizer=opt, config=cfg, batch_offset=k)
                   for k in range(args.tables)]
         emas = [blend(blend(None, tables[k], 0.5), tables[k + 1], 0.5)

@@ -174,8 +174,8 @@ def study_checkpoint(args, ckpt: Path, idx: int, root: Path) -> dict:
     def batch_fn(i: int):
         return trainer.data.train_batch(CALIBRATION_KEY + i, t.batch_size, t.seq_len)
 
-    cfg = dict(candidates=(args.high, args.low), micro_batches=args.calib_batches,
-               rows=args.calib_rows)
+    cfg = dict(candidates=(args.high, args.low), calib_batches=args.calib_batches,
+               calib_rows=args.calib_rows)
     tables = [measure(model, batch_fn, optimizer=opt, step=step,
                       config=SensitivityConfig(**cfg, seed=1000 * idx + k),
                       batch_offset=k * args.calib_batches) for k in range(args.tables)]

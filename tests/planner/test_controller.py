@@ -100,10 +100,34 @@ def tiny_run(tmp_path_factory):
 def test_cli_plan_from_checkpoint(tiny_run, tmp_path) -> None:
     out, table = tmp_path / "plan.json", tmp_path / "t.json"
     assert main(["plan", "--checkpoint", str(tiny_run), "--budget", "0.5", "--per-gemm",
-                 "--micro-batches", "1", "--out", str(out), "--table", str(table)]) == 0
+                 "--precision.calib_batches", "1", "--out", str(out), "--table", str(table)]) == 0
     plan = PrecisionPlan.from_json(out)
     assert plan.meta["achieved"]["fp4_flop_fraction"] >= 0.5
     assert plan.meta["per_gemm"] is True and table.is_file()
+
+
+def test_cli_plan_measures_what_the_runs_controller_measures(tiny_run, tmp_path,
+                                                              capsys) -> None:
+    """One name and one default per concept: without flags `snip plan` uses the run's
+    precision.calib_batches / calib_rows (1 and 2 by default); the flags override them, and
+    the old --micro-batches spelling still works with a deprecation line."""
+    from snip.sensitivity import SensitivityTable
+
+    def measured(*flags: str) -> dict:
+        table = tmp_path / "t.json"
+        assert main(["plan", "--checkpoint", str(tiny_run), "--out", str(tmp_path / "p.json"),
+                     "--save-table", str(table), *flags]) == 0
+        return SensitivityTable.from_json(table).meta
+
+    meta = measured()
+    assert (meta["calib_batches"], meta["calib_rows"]) == (1, 2)
+    meta = measured("--precision.calib_batches", "2", "--precision.calib_rows", "0")
+    assert (meta["calib_batches"], meta["calib_rows"]) == (2, None)
+    capsys.readouterr()
+    assert measured("--micro-batches", "3")["calib_batches"] == 3
+    assert "--micro-batches is deprecated, use --precision.calib_batches" in \
+        capsys.readouterr().err
+    assert main(["plan", "--checkpoint", str(tiny_run), "--precision.calib_rows", "-1"]) == 2
 
 
 def test_cli_plan_refuses_checkpoint_without_optimizer_state(tiny_run, tmp_path,

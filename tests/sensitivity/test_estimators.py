@@ -69,8 +69,8 @@ def _monte_carlo(model, opt, layer: str, gemm: str, draws: int) -> float:
     return total / draws
 
 
-def _estimate(model, opt, propagation: Propagation, micro_batches: int):
-    cfg = SensitivityConfig(candidates=(FP4,), micro_batches=micro_batches,
+def _estimate(model, opt, propagation: Propagation, calib_batches: int):
+    cfg = SensitivityConfig(candidates=(FP4,), calib_batches=calib_batches,
                             propagation=propagation, normalization=Normalization.SUM, seed=3)
     return measure(model, lambda i: _batch(), optimizer=opt, config=cfg)
 
@@ -83,7 +83,7 @@ def test_weight_divergence_matches_real_quantized_backward(trained, gemm: str) -
     """Per layer within 25% of the Monte Carlo average of real FP4 stochastic-rounding backward
     passes (the isotropic dgrad probe this replaced was off by 0.3x-2.4x)."""
     m, opt = trained
-    table = _estimate(m, opt, Propagation.EXACT, micro_batches=4)
+    table = _estimate(m, opt, Propagation.EXACT, calib_batches=4)
     for name in MAIN:
         truth = _monte_carlo(m, opt, name, gemm, draws=8)
         est = table.layers[name].metric(gemm, FP4).weight_div
@@ -95,7 +95,7 @@ def test_weight_divergence_matches_real_quantized_backward(trained, gemm: str) -
 @pytest.mark.parametrize("gemm", ["dgrad", "wgrad"])
 def test_weight_divergence_every_layer_two_blocks(gemm: str) -> None:
     m, opt = _trained(2)
-    table = _estimate(m, opt, Propagation.EXACT, micro_batches=8)
+    table = _estimate(m, opt, Propagation.EXACT, calib_batches=8)
     for name, entry in table.layers.items():
         truth = _monte_carlo(m, opt, name, gemm, draws=32)
         assert entry.metric(gemm, FP4).weight_div == pytest.approx(truth, rel=0.25), name
@@ -105,8 +105,8 @@ def test_joint_propagation_agrees_with_exact(trained) -> None:
     """The one-pass estimate is unbiased; its cross-term noise is absolute (a share of the total),
     so layers that matter agree closely and negligible ones stay negligible."""
     m, opt = trained
-    ex = _estimate(m, opt, Propagation.EXACT, micro_batches=4)
-    jo = _estimate(m, opt, Propagation.JOINT, micro_batches=4)
+    ex = _estimate(m, opt, Propagation.EXACT, calib_batches=4)
+    jo = _estimate(m, opt, Propagation.JOINT, calib_batches=4)
     e = {n: v.metric("dgrad", FP4).weight_div for n, v in ex.layers.items()}
     j = {n: v.metric("dgrad", FP4).weight_div for n, v in jo.layers.items()}
     total = sum(e.values())
@@ -173,7 +173,7 @@ def test_loss_divergence_matches_quadratic_model() -> None:
     torch.manual_seed(0)
     model = _Quad()
     x, y = torch.randn(64, 128), torch.randn(64, 64)
-    cfg = SensitivityConfig(candidates=(FP4,), micro_batches=8, noise_scale=0.01)
+    cfg = SensitivityConfig(candidates=(FP4,), calib_batches=8, noise_scale=0.01)
     table = measure(model, lambda i: (x, y), config=cfg, loss_fn=_quad_loss)
     spec = get_spec(FP4)
     ex = quantize(x, spec, axis=-1) - x
@@ -201,7 +201,7 @@ def test_joint_propagation_on_bf16_weights(trained) -> None:
 
     def total(model) -> float:
         t = measure(model, lambda i: _batch(), config=SensitivityConfig(
-            candidates=(FP4,), micro_batches=4, propagation=Propagation.JOINT,
+            candidates=(FP4,), calib_batches=4, propagation=Propagation.JOINT,
             normalization=Normalization.SUM))
         return sum(e.metric("dgrad", FP4).weight_div for e in t.layers.values())
 

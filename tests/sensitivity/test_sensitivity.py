@@ -59,7 +59,7 @@ def table_and_model():
     m, opt = trained()
     before = copy.deepcopy((m.state_dict(), opt.state_dict()))
     t = measure(m, batch_fn, optimizer=opt, step=2,
-                config=SensitivityConfig(candidates=(FP8, FP4), micro_batches=2))
+                config=SensitivityConfig(candidates=(FP8, FP4), calib_batches=2))
     return t, m, opt, before
 
 
@@ -134,8 +134,8 @@ def test_adam_gain_matches_a_real_adamw_step() -> None:
 
 
 def test_config_validation() -> None:
-    with pytest.raises(ValueError, match="micro_batches"):
-        SensitivityConfig(micro_batches=0)
+    with pytest.raises(ValueError, match="calib_batches"):
+        SensitivityConfig(calib_batches=0)
     with pytest.raises(ValueError, match="noise_scale"):
         SensitivityConfig(noise_scale=2.0)
     with pytest.raises(ValueError, match="unknown quantization preset"):
@@ -146,10 +146,10 @@ def test_measure_on_converted_model_runs_unquantized() -> None:
     from snip.nn import convert
 
     m, opt = trained(1)
-    ref = measure(m, batch_fn, optimizer=opt, config=SensitivityConfig(micro_batches=1))
+    ref = measure(m, batch_fn, optimizer=opt, config=SensitivityConfig(calib_batches=1))
     q = convert(copy.deepcopy(m), "fp4_e2m1_tile128")
     opt_q = torch.optim.AdamW(q.parameters(), lr=1e-3)
     opt_q.load_state_dict(copy.deepcopy(opt.state_dict()))
-    t = measure(q, batch_fn, optimizer=opt_q, config=SensitivityConfig(micro_batches=1))
+    t = measure(q, batch_fn, optimizer=opt_q, config=SensitivityConfig(calib_batches=1))
     assert t.names == ref.names
     assert t.loss == pytest.approx(ref.loss, rel=1e-6)

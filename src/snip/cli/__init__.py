@@ -123,7 +123,8 @@ DOTTED = {
     "compare": {"--threads": "--train.threads", "--eval-batches": "--train.eval_batches"},
     "plan": {"--budget": "--precision.budget", "--method": "--precision.method",
              "--candidates": "--precision.candidates", "--seed": "--precision.plan_seed",
-             "--precision.seed": "--precision.plan_seed"},
+             "--precision.seed": "--precision.plan_seed",
+             "--micro-batches": "--precision.calib_batches"},
 }
 
 

@@ -89,8 +89,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         default=None,
                         help=f"candidate presets (default {' '.join(DEFAULT_CANDIDATES)} when "
                              f"measuring; with --table, the table's candidates)")
-    parser.add_argument("--micro-batches", type=int, default=2,
-                        help="calibration micro-batches the statistics average over")
+    parser.add_argument("--precision.calib_batches", "--micro-batches", dest="calib_batches",
+                        type=int, default=None,
+                        help="calibration batches the statistics average over (default: the "
+                             "run's precision.calib_batches, what its controller measures)")
+    parser.add_argument("--precision.calib_rows", dest="calib_rows", type=int, default=None,
+                        help="sequences used from each calibration batch, 0: all (default: "
+                             "the run's precision.calib_rows)")
     parser.add_argument("--seed", "--precision.seed", dest="seed", type=int, default=0,
                         help="seed of the statistics' noise probes and of the random "
                              "baseline's draw (one fixed plan per seed)")
@@ -151,8 +156,11 @@ def _measure(args: argparse.Namespace, candidates: tuple[str, ...]):
     def batch_fn(i: int):  # the calibration batches the trainer's controller measures on
         return data.train_batch(CALIBRATION_KEY + i, micro, cfg.train.seq_len)
 
-    config = SensitivityConfig(candidates=candidates, seed=args.seed,
-                               micro_batches=args.micro_batches)
+    p = cfg.precision
+    config = SensitivityConfig(
+        candidates=candidates, seed=args.seed,
+        calib_batches=p.calib_batches if args.calib_batches is None else args.calib_batches,
+        calib_rows=(p.calib_rows if args.calib_rows is None else args.calib_rows) or None)
     return measure(model, batch_fn, optimizer=optimizer, config=config, step=ckpt.step), path
 
 
@@ -190,8 +198,10 @@ def run(args: argparse.Namespace) -> int:
     from snip.planner import DEFAULT_CANDIDATES, Budget, Damage, solution
     from snip.sensitivity import SensitivityTable
 
-    if args.micro_batches < 1:
-        raise UserError(f"--micro-batches={args.micro_batches} must be >= 1")
+    if args.calib_batches is not None and args.calib_batches < 1:
+        raise UserError(f"--precision.calib_batches={args.calib_batches} must be >= 1")
+    if args.calib_rows is not None and args.calib_rows < 0:
+        raise UserError(f"--precision.calib_rows={args.calib_rows} must be >= 0 (0: all)")
     if args.out.is_dir():  # before the measurement, not after
         raise UserError(f"--out {args.out} is a directory; name the plan file to write")
     if args.checkpoint is None and args.table is None:

@@ -8,8 +8,8 @@ a ``GemmSpecs`` (every converted layer gets it), or a precision plan: any object
 ``resolve(model) -> Mapping[str, GemmSpecs]`` keyed by fully qualified module name, in which case
 only the layers it names are converted.
 
-By default the LM head stays in high precision (the NVFP4 recipe and every emulator cited in
-``research/landscape.md`` keep embeddings and head out of the low-precision GEMMs): modules whose
+By default the LM head stays in high precision (the NVFP4 recipe, torchao and Transformer
+Engine all keep embeddings and head out of the low-precision GEMMs): modules whose
 last name component is in ``skip_names`` (``output``, ``lm_head``) are left alone, as is anything
 ``filter_fn(module, fqn)`` rejects (torchao's ``module_filter_fn`` argument order).  Embeddings
 are ``nn.Embedding``, never converted.

@@ -47,7 +47,7 @@ import logging
 import statistics
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,11 +70,10 @@ from snip.sensitivity import (
     blend,
     measure,
 )
-from snip.sensitivity.loss import Batch, LossFn, batch_to, default_loss
+from snip.sensitivity.loss import BatchFn, LossFn, batch_to, default_loss
 
 log = logging.getLogger("snip.planner")
 
-BatchFn = Callable[[int], Batch]
 _INTERVALS = 16  # recent step intervals kept for the median step time
 
 
@@ -138,7 +137,6 @@ class Controller:
     candidates: Sequence[str] = DEFAULT_CANDIDATES
     calib_batches: int = 1
     calib_rows: int | None = 2         # sequences used from each calibration batch (None: all)
-    micro_batches: int | None = None   # old name of calib_batches
     ema_decay: float = 0.5
     normalization: Normalization | str = Normalization.NATS
     terms: Terms | str = Terms.BOTH
@@ -167,22 +165,16 @@ class Controller:
         if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 1:
             raise UserError(f"precision.warmup={self.warmup!r} must be an integer >= 1 (plans "
                              f"need one optimizer step of AdamW state)")
-        if self.micro_batches is not None:
-            self.calib_batches = self.micro_batches
         if not 0 <= self.ema_decay < 1:
             raise UserError(f"ema_decay={self.ema_decay!r} must be in [0, 1) (0: no averaging "
                              f"across cycles)")
         self.budget = Budget.of(self.budget)
         self.method = Method.parse(self.method)
-        try:
-            self.stats = SensitivityConfig(
-                candidates=tuple(self.candidates), micro_batches=self.calib_batches,
-                rows=self.calib_rows, noise_scale=self.noise_scale,
-                normalization=self.normalization, terms=self.terms,
-                propagation=self.propagation, step_tokens=self.step_tokens, seed=self.seed)
-        except ValueError as e:
-            raise UserError(f"precision: {e}".replace("micro_batches", "calib_batches")
-                             .replace("rows=", "calib_rows=")) from None
+        self.stats = SensitivityConfig(
+            candidates=tuple(self.candidates), calib_batches=self.calib_batches,
+            calib_rows=self.calib_rows, noise_scale=self.noise_scale,
+            normalization=self.normalization, terms=self.terms,
+            propagation=self.propagation, step_tokens=self.step_tokens, seed=self.seed)
         self._check_oracle()
 
     def due(self, step: int) -> bool:

@@ -34,7 +34,7 @@ into every upstream gradient; :mod:`snip.sensitivity.propagate` measures that wi
 pass attributed by one forward-mode difference (``propagation="joint"``), or one VJP per layer
 (``"exact"``).
 
-Everything is averaged over ``micro_batches`` calibration batches and, under
+Everything is averaged over ``calib_batches`` calibration batches and, under
 ``torch.distributed``, over ranks (all-reduce), so every rank builds the same table and plans
 the same precision.  Batches come from ``batch_fn(batch_offset + i)``: the controller moves the
 offset every cycle, so each cycle sees fresh data.  ``loss_fn(model, batch)`` turns a batch into
@@ -46,7 +46,7 @@ from __future__ import annotations
 import enum
 import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -60,6 +60,7 @@ from snip.sensitivity import propagate
 from snip.sensitivity.adam import adam_summary, nats_weight, update_gain
 from snip.sensitivity.loss import (
     Batch,
+    BatchFn,
     LossFn,
     batch_to,
     batch_tokens,
@@ -77,7 +78,6 @@ from snip.sensitivity.table import (
     normalize,
 )
 
-BatchFn = Callable[[int], Batch]
 DEFAULT_CANDIDATES = ("fp8_e4m3_tile128", "fp4_e2m1_tile128")
 
 
@@ -93,14 +93,14 @@ class SensitivityConfig:
     """How one statistics cycle is measured."""
 
     candidates: tuple[str, ...] = DEFAULT_CANDIDATES
-    micro_batches: int = 1
+    calib_batches: int = 1
     noise_scale: float = 0.05
     normalization: Normalization = Normalization.NATS
     terms: Terms = Terms.BOTH
     propagation: Propagation = Propagation.JOINT
     first_order: bool = False
     noise_groups: int = 1
-    rows: int | None = None          # use only the first ``rows`` sequences of each batch
+    calib_rows: int | None = None    # use only the first ``calib_rows`` sequences of each batch
     step_tokens: int | None = None   # tokens per optimizer step (None: the whole batch's)
     seed: int = 0
 
@@ -111,14 +111,14 @@ class SensitivityConfig:
         object.__setattr__(self, "propagation", Propagation(self.propagation))
         if not self.candidates:
             raise UserError("SensitivityConfig.candidates is empty; give at least one preset")
-        if isinstance(self.micro_batches, bool) or not isinstance(self.micro_batches, int) \
-                or self.micro_batches < 1:
-            raise UserError(f"micro_batches={self.micro_batches!r} must be a positive int")
+        if isinstance(self.calib_batches, bool) or not isinstance(self.calib_batches, int) \
+                or self.calib_batches < 1:
+            raise UserError(f"calib_batches={self.calib_batches!r} must be a positive int")
         if isinstance(self.noise_groups, bool) or not isinstance(self.noise_groups, int) \
                 or self.noise_groups < 1:
             raise UserError(f"noise_groups={self.noise_groups!r} must be a positive int (forward "
                              "noise passes per micro-batch; more passes = fewer cross terms)")
-        for name in ("rows", "step_tokens"):
+        for name in ("calib_rows", "step_tokens"):
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise UserError(f"{name}={v!r} must be a positive int or None")
@@ -372,7 +372,7 @@ def measure(model: nn.Module, batch_fn: BatchFn, *, optimizer=None,
             config: SensitivityConfig | None = None, step: int | None = None,
             layers: Sequence[str] | None = None, loss_fn: LossFn | None = None,
             batch_offset: int = 0) -> SensitivityTable:
-    """Run the statistics cycle on ``config.micro_batches`` batches and build the table.
+    """Run the statistics cycle on ``config.calib_batches`` batches and build the table.
 
     ``batch_fn(batch_offset + i)`` returns the i-th calibration batch; ``loss_fn(model,
     batch)`` its scalar loss (default: :func:`snip.sensitivity.loss.default_loss`).
@@ -395,12 +395,12 @@ def measure(model: nn.Module, batch_fn: BatchFn, *, optimizer=None,
                cfg=cfg, loss_fn=loss_fn or default_loss, gen=gen, err_gen=err_gen)
     sums, tokens, full = _Sums(), 1, 1
     with high_precision(model):
-        for i in range(cfg.micro_batches):
+        for i in range(cfg.calib_batches):
             whole = batch_fn(batch_offset + i)
-            batch = batch_to(take_rows(whole, cfg.rows), device)
+            batch = batch_to(take_rows(whole, cfg.calib_rows), device)
             tokens, full = batch_tokens(batch), batch_tokens(whole)
             _one_batch(c, batch, sums)
-    avg = sums.reduce(cfg.micro_batches)
+    avg = sums.reduce(cfg.calib_batches)
     weight_sq = float(sum(p.detach().float().pow(2).sum() for p in c.params))
     table = _build_table(c, avg, tokens, cfg.step_tokens or full, step, weight_sq, batch_offset)
     table.meta["calib_batch_tokens"] = full
@@ -432,8 +432,8 @@ def _build_table(c: _Cycle, avg: dict[tuple, float], tokens: int, step_tokens: i
                                 metrics=metrics[n], rel_err=rel, stats=stats)
     return SensitivityTable(candidates=cfg.candidates, layers=entries, tokens=tokens, loss=loss,
                             step=step, normalization=cfg.normalization, terms=cfg.terms,
-                            meta={"micro_batches": cfg.micro_batches, "batch_offset": batch_offset,
-                                  "rows": cfg.rows, "step_tokens": step_tokens,
+                            meta={"calib_batches": cfg.calib_batches, "batch_offset": batch_offset,
+                                  "calib_rows": cfg.calib_rows, "step_tokens": step_tokens,
                                   "noise_scale": cfg.noise_scale, "first_order": cfg.first_order,
                                   "noise_groups": cfg.noise_groups,
                                   "propagation": cfg.propagation.value,

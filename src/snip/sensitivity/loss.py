@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 Batch = Any  # (tokens, targets), or a mapping of keyword arguments for the model
+BatchFn = Callable[[int], Batch]  # the i-th calibration batch
 LossFn = Callable[[nn.Module, Batch], torch.Tensor]
 
 

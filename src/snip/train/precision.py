@@ -13,7 +13,6 @@ travels in checkpoints so that adaptive runs resume exactly too.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -22,9 +21,8 @@ import torch
 from torch import nn
 
 from snip.plan import PrecisionPlan, fp4_flop_fraction
+from snip.sensitivity.loss import BatchFn
 from snip.train.config import PrecisionSection
-
-BatchFn = Callable[[int], tuple[torch.Tensor, torch.Tensor]]
 
 
 @runtime_checkable
