@@ -17,6 +17,10 @@ class SwitchAtStep6:
 
     def __init__(self) -> None:
         self.calls: list[int] = []
+        self.step_seconds: float | None = None
+
+    def due(self, step: int) -> bool:
+        return step == 6
 
     def on_step_end(self, step, model, optimizer, batch_fn):  # noqa: ANN001, ANN201
         self.calls.append(step)
@@ -39,6 +43,7 @@ def test_controller_plans_are_applied_and_recorded(tiny: dict,
     result = train(from_sources(overrides={**tiny, "precision.mode": "adaptive"}))
     # asked after every step but the last (a plan made then would never run)
     assert result.step == 12 and controller.calls == list(range(1, 12))
+    assert controller.step_seconds is not None and controller.step_seconds > 0  # the trainer's
     run = Path(tiny["run.dir"]) / "tiny"
     plan6 = json.loads((run / "plans" / "step_6.json").read_text())
     assert plan6["meta"]["fp4_flop_fraction"] == 1.0

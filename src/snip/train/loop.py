@@ -526,11 +526,10 @@ class Trainer:
             batch = self.data.train_batch(CALIBRATION_KEY + i, micro, t.seq_len)
             return tuple(v.to(self.device) for v in batch)
 
-        if self.step_seconds and hasattr(self.controller, "step_seconds"):
+        if self.step_seconds:
             self.controller.step_seconds = statistics.median(self.step_seconds)
         model, optimizer = self.model, self.optimizer
-        due = getattr(self.controller, "due", None)
-        if self.fsdp and (due is None or due(self.step_count)):
+        if self.fsdp and self.controller.due(self.step_count):
             with distributed.collective(dist, "gathering the weights for the statistics"):
                 model, optimizer = distributed.full_replica(model, optimizer, self._bare)
         new = self.controller.on_step_end(self.step_count, model, optimizer, batch_fn)
@@ -557,10 +556,9 @@ class Trainer:
 
     def _warn_if_never_replanned(self, end: int) -> None:
         """An adaptive run whose first plan falls after its last step never adapts: say so."""
-        due = getattr(self.controller, "due", None)
-        if due is None or not self.dist.is_main:
+        if self.controller is None or not self.dist.is_main:
             return
-        if not any(due(s) for s in range(self.step_count, end)):
+        if not any(self.controller.due(s) for s in range(self.step_count, end)):
             p = self.cfg.precision
             print(f"snip train: warning: precision.mode adaptive, but no re-plan falls within "
                   f"steps {self.step_count}..{end - 1} (precision.warmup {p.warmup}, "

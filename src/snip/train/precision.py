@@ -34,7 +34,15 @@ class PrecisionController(Protocol):
     calibration micro-batch of this rank (a deterministic function of ``i``, drawn from the
     training split). It returns a new plan to apply now, or None. Every rank must return the
     same plan. Files it writes go under ``out_dir`` (``runs/NAME/sensitivity/``).
+
+    ``due(step)`` says whether that call will measure and re-plan (the trainer gathers FSDP's
+    whole weights only then, and warns when no call of a run is due); ``step_seconds`` is set
+    by the trainer, before each call, to its median step time (the controller's cost log).
     """
+
+    step_seconds: float | None
+
+    def due(self, step: int) -> bool: ...
 
     def on_step_end(self, step: int, model: nn.Module, optimizer: torch.optim.Optimizer,
                     batch_fn: BatchFn) -> PrecisionPlan | None: ...
