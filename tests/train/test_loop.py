@@ -17,9 +17,9 @@ import pytest
 import torch
 
 from snip.cli import main
-from snip.train import checkpoint, from_sources, lr_at, make_optimizer, train
+from snip.train import checkpoint, from_sources, make_optimizer, train
 from snip.train.config import TrainSection
-from snip.train.loop import NonFiniteError
+from snip.train.loop import NonFiniteError, schedule_of
 
 
 def _argv(overrides: dict[str, object]) -> list[str]:
@@ -98,7 +98,7 @@ def test_skip_nonfinite_counts_and_continues(tiny: dict, monkeypatch: pytest.Mon
 
 def test_lr_schedule_and_decay_groups() -> None:
     t = TrainSection(steps=100, warmup_steps=10, lr=1.0, min_lr_ratio=0.1)
-    lrs = [lr_at(s, t) for s in range(100)]
+    lrs = [schedule_of(t)(s) for s in range(100)]
     assert lrs[0] < lrs[9] <= 1.0 and max(lrs) == lrs[10] == 1.0
     assert all(a >= b for a, b in zip(lrs[10:], lrs[11:], strict=False))
     assert lrs[-1] == pytest.approx(0.1, abs=1e-3)

@@ -22,12 +22,12 @@ from snip.train.config import (
     leaves,
     to_toml,
 )
-from snip.train.loop import NonFiniteError, RunResult, lr_at, make_optimizer, train
+from snip.train.loop import NonFiniteError, RunResult, make_optimizer, train
 from snip.train.precision import PrecisionController
 
 __all__ = [
     "DEFAULT_PRESET", "CheckpointError", "Config", "DataSection", "LogSection", "ModelSection",
     "NonFiniteError", "PrecisionController", "PrecisionSection", "RunResult", "RunSection",
     "TrainSection", "WritebackSection", "build", "from_sources",
-    "leaves", "lr_at", "make_optimizer", "to_toml", "train",
+    "leaves", "make_optimizer", "to_toml", "train",
 ]

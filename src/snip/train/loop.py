@@ -136,11 +136,6 @@ def schedule_of(t: C.TrainSection) -> Schedule:
                     min_lr_ratio=t.min_lr_ratio, shape=Shape(t.schedule))
 
 
-def lr_at(step: int, t: C.TrainSection) -> float:
-    """The learning rate at ``step`` of a run that starts at step 0 (`schedule_of`)."""
-    return schedule_of(t)(step)
-
-
 def make_optimizer(model: nn.Module, t: C.TrainSection) -> torch.optim.AdamW:
     """AdamW with weight decay on weight matrices only: norm gains, biases and embeddings
     are not decayed (shrinking them towards zero has no regularizing meaning)."""
