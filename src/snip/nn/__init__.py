@@ -13,6 +13,7 @@ from snip.nn.convert import (
     qlinear_layers,
     unconvert,
 )
+from snip.nn.diagnostics import native_sqnr
 from snip.nn.gemm import (
     Accum,
     GemmConfig,
@@ -23,7 +24,7 @@ from snip.nn.gemm import (
     quantized_linear,
     weight_reusable,
 )
-from snip.nn.native import GemmImpl, fp8_gemm_supported, native_sqnr
+from snip.nn.native import GemmImpl, fp8_gemm_supported
 from snip.nn.qlinear import QLinear, as_gemm_specs, saved_activation_bytes
 from snip.nn.specs import GEMM_NAMES, Gemm, GemmSpecs
 

@@ -51,7 +51,7 @@ output is returned in the autocast dtype; gradients come back in each input's ow
 through ``torch._scaled_mm`` on the FP8 codes (:mod:`snip.nn.native`); the other GEMMs, and
 hardware without FP8 GEMMs (one warning, or an error when ``strict``), stay emulated.  The
 operands are the emulated ones bit for bit; the products differ by fp32 rounding (and bf16
-output for rowwise scales on CUDA): :func:`snip.nn.native.native_sqnr` reports by how much.
+output for rowwise scales on CUDA): :func:`snip.nn.diagnostics.native_sqnr` reports by how much.
 
 What backward needs is saved in one of two ways (:class:`SaveMode`): ``HP`` keeps ``X`` and
 ``W`` in high precision and re-quantizes them in backward (as torchao's float8 training does);
@@ -78,6 +78,7 @@ from snip.formats.scaling import RowShard
 from snip.nn.native import (
     Fp8Operand,
     GemmImpl,
+    as_gemm_impl,
     axis_free,
     fp8_from_qtensor,
     fp8_operand,
@@ -163,8 +164,6 @@ class GemmConfig:
     tokens: RowShard | None = None  # these tokens' place in a larger batch (SR counters)
 
     def __post_init__(self) -> None:
-        from snip.nn.native import as_gemm_impl
-
         object.__setattr__(self, "save", SaveMode(self.save))
         object.__setattr__(self, "accum", Accum(self.accum))
         object.__setattr__(self, "gemm", as_gemm_impl(self.gemm))

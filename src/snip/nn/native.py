@@ -20,8 +20,8 @@ output in bf16.  A GEMM that breaks a rule runs emulated.
 What is exact: the codes times the scales are *the* emulated operands, bit for bit (the same
 amax, scales, rounding and stochastic-rounding counters; :func:`fp8_operand`), so native and
 emulated differ only in where the scales are multiplied in and in the accumulation order (fp32
-accumulators on both; bf16 output where the hardware demands it).  :func:`native_sqnr` measures
-that difference per GEMM.
+accumulators on both; bf16 output where the hardware demands it).
+:func:`snip.nn.diagnostics.native_sqnr` measures that difference per GEMM.
 
 Hardware: FP8 tensor cores need CUDA compute capability >= 8.9 (Ada, Hopper, Blackwell) or a
 ROCm MI300; ``torch._scaled_mm`` also runs (slowly) on the CPU, which is how the tests check the
@@ -254,28 +254,3 @@ def sqnr_db(reference: torch.Tensor, test: torch.Tensor) -> float:
     if noise == 0.0:
         return float("inf")
     return 10.0 * float(torch.log10(torch.tensor(signal / noise)))
-
-
-def native_sqnr(x: torch.Tensor, weight: torch.Tensor, specs, *, grad: torch.Tensor | None = None,
-                seed: int = 0, strict: bool = True) -> dict[str, float]:
-    """SQNR (dB) of the native GEMMs against the emulated ones for one layer and batch:
-    ``{"fprop": y, "dgrad": dX, "wgrad": dW}``, emulation as the reference.  ``specs`` is a
-    ``GemmSpecs``, a ``QuantSpec`` or a preset name; ``grad`` is ``dY`` (random when ``None``)."""
-    from snip.nn.gemm import GemmConfig, quantized_linear
-    from snip.nn.qlinear import as_gemm_specs
-
-    specs = as_gemm_specs(specs)
-    outs = {}
-    if grad is None:
-        g = torch.Generator().manual_seed(seed)
-        grad = torch.randn(*x.shape[:-1], weight.shape[0], generator=g).to(x.device)
-    for impl in GemmImpl:
-        xi = x.detach().clone().requires_grad_(True)
-        wi = weight.detach().clone().requires_grad_(True)
-        cfg = GemmConfig(specs=specs, seed=seed, gemm=impl, strict=strict)
-        y = quantized_linear(xi, wi, None, cfg)
-        y.backward(grad)
-        outs[impl] = (y.detach(), xi.grad, wi.grad)
-    e, n = outs[GemmImpl.EMULATED], outs[GemmImpl.NATIVE]
-    return {name: sqnr_db(a, b) for name, a, b in zip(("fprop", "dgrad", "wgrad"), e, n,
-                                                       strict=True)}
