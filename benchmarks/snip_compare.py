@@ -38,6 +38,7 @@ import sys
 from pathlib import Path
 
 from snip.cli import main as snip
+from snip.compare.sweep import RESULT_FILE, load_sweep
 from snip.train import Config, from_sources, train
 from snip.train.checkpoint import list_checkpoints
 
@@ -74,13 +75,24 @@ def _base_config(args: argparse.Namespace, seed: int, run: Path) -> Config:
         "run.dir": str(run.parent), "run.name": run.name})
 
 
+def _finished(sweep_dir: Path) -> bool:
+    """Whether every (unit, arm) branch of the sweep in ``sweep_dir`` has its result."""
+    sweep = load_sweep(sweep_dir)
+    return all((sweep.run_dir(u, a) / RESULT_FILE).is_file()
+               for u in sweep.units for a in sweep.arms)
+
+
 def collect(sweep_dir: Path, dest: Path, bases: tuple[Path, ...] = ()) -> int:
     """Copy the small JSON of a sweep and of every finished branch to ``dest``: results,
     plans, damage maps and controller logs as they are; the sensitivity tables the plans were
     made from (``sensitivity/step_<N>.json``, the averaged ones), the config and the metrics
     log gzipped (``.gz``: 60 KB tables compress ~8x); the per-cycle tables stay in the sweep's
-    output only. Returns the number of files."""
-    keep = ("sweep.json", "hypotheses.json", "compare.json", "compare.md")
+    output only. The statistics (``compare.json``, ``compare.md``) are copied only once every
+    branch has finished: a pre-registered study is not analysed part way, so its interim
+    tables are not committed either. Returns the number of files."""
+    keep = ["sweep.json", "hypotheses.json"]
+    if _finished(sweep_dir):
+        keep += ["compare.json", "compare.md"]
     plain = ("result.json", "plans/*.json", "sensitivity/*_damage.json",
              "sensitivity/controller.jsonl")
     packed = ("config.toml", "metrics.jsonl", "sensitivity/step_*.json")

@@ -5,9 +5,13 @@ from __future__ import annotations
 import argparse
 import gzip
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
+
+from snip.compare.arms import parse_arms
+from snip.compare.sweep import Sweep
 
 _SPEC = importlib.util.spec_from_file_location(
     "snip_compare_script", Path(__file__).parents[2] / "benchmarks" / "snip_compare.py")
@@ -28,7 +32,11 @@ def test_collect_copies_results_plans_tables_and_damage(tmp_path: Path) -> None:
             (d / rel).parent.mkdir(parents=True, exist_ok=True)
             (d / rel).write_text(text)
     (unfinished / "result.json").unlink()
-    (sweep / "sweep.json").write_text("{}")
+    arms = parse_arms(["bf16", "snip@0.75/once"])
+    (sweep / "sweep.json").write_text(json.dumps(
+        Sweep(bases=("b",), arms=tuple(arms), steps=1, out=str(sweep)).to_dict()))
+    for name in ("compare.json", "compare.md"):
+        (sweep / name).write_text("interim statistics")
     base = tmp_path / "bases" / "s0"
     (base / "checkpoints" / "step_000005").mkdir(parents=True)
     (base / "metrics.jsonl").write_text("{\"loss\": 1}\n")
@@ -42,6 +50,7 @@ def test_collect_copies_results_plans_tables_and_damage(tmp_path: Path) -> None:
     assert gzip.decompress((out / "sensitivity/step_5.json.gz").read_bytes()) == b"{\"t\": 1}"
     assert not (dest / "runs" / "b0_o0" / "bf16").exists()  # unfinished: not collected
     assert (dest / "sweep.json").is_file()
+    assert not (dest / "compare.md").exists() and not (dest / "compare.json").exists()
     assert gzip.decompress((dest / "bases" / "s0" / "metrics.jsonl.gz").read_bytes()) == \
         b"{\"loss\": 1}\n"
 
@@ -59,3 +68,22 @@ def test_interrupted_base_stops_the_script_and_resumes(tmp_path: Path, ctrl_c_af
     assert not (bases / "s1").exists()  # the script stopped instead of going on
     got = script.base_checkpoints(args)  # run again: seed 0 continues, seed 1 trains
     assert [p.name for p in got] == ["step_000012"] * 2 and all(p.is_dir() for p in got)
+
+
+def test_collect_keeps_the_statistics_only_of_a_finished_sweep(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    arms = parse_arms(["bf16", "low=preset:fp4_e2m1_tensor"])
+    definition = Sweep(bases=("b0", "b1"), arms=tuple(arms), steps=1, out=str(sweep))
+    sweep.mkdir()
+    (sweep / "sweep.json").write_text(json.dumps(definition.to_dict()))
+    (sweep / "compare.md").write_text("statistics")
+    branches = [definition.run_dir(u, a) for u in definition.units for a in arms]
+    for branch in branches:
+        branch.mkdir(parents=True)
+        (branch / "result.json").write_text("{}")
+    (branches[-1] / "result.json").unlink()
+    script.collect(sweep, tmp_path / "part")
+    assert not (tmp_path / "part" / "compare.md").exists()  # one branch short: no statistics
+    (branches[-1] / "result.json").write_text("{}")
+    script.collect(sweep, tmp_path / "all")
+    assert (tmp_path / "all" / "compare.md").read_text() == "statistics"
