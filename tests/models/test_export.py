@@ -35,7 +35,8 @@ def _fake_run(root: Path, model: torch.nn.Module) -> Path:
     checkpoint.save(run / "checkpoints", 7, model=model, optimizer=opt,
                     plan={"version": 1, "default": dict.fromkeys(("fprop", "dgrad", "wgrad"),
                                                                   "mxfp4")},
-                    config_toml="", meta={"model": model.config.to_dict(), "tokenizer": "byte"})
+                    config_toml="", meta=checkpoint.Meta(model=model.config.to_dict(),
+                                                         tokenizer="byte", vocab_size=256))
     return run
 
 

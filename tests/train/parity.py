@@ -38,6 +38,7 @@ import torch.multiprocessing as mp
 from safetensors.torch import load_file
 
 from snip.train import checkpoint, from_sources, train
+from snip.train.config import RUN_KEYS
 from snip.train.loop import Hook
 from snip.train.metrics import read_metrics
 
@@ -68,6 +69,10 @@ def two_ranks(overrides: dict, resume: str | None = None, until: int | None = No
 
 def one_process(overrides: dict, resume: str | None = None, until: int | None = None,
                 hooks: Sequence[Hook] = ()) -> None:
+    """Train in this process; with ``resume``, the run continues in its own directory, so
+    the run.dir/run.name of ``overrides`` are dropped (the config refuses them)."""
+    if resume is not None:
+        overrides = {k: v for k, v in overrides.items() if k not in RUN_KEYS}
     train(from_sources(overrides=overrides, resume=resume), resume=resume, until=until,
           hooks=hooks)
 

@@ -91,8 +91,8 @@ def test_fsdp_two_ranks_match_one_process(tiny: dict, tmp_path: Path,
     assert_same_trajectory(runs / "one", runs / "fsdp")
     # the checkpoint is sharded, verified by its manifest, and refuses another model shape
     ckpt = checkpoint.load(checkpoint.find(runs / "fsdp"))
-    assert ckpt.sharded and ckpt.meta["strategy"] == "fsdp" and ckpt.meta["world_size"] == 2
-    assert any(name.startswith("sharded/") for name in ckpt.meta["files"])
+    assert ckpt.sharded and ckpt.meta.strategy == "fsdp" and ckpt.meta.world_size == 2
+    assert any(name.startswith("sharded/") for name in checkpoint.verify(ckpt.path)["files"])
     other = {**settings, "run.name": "other", "model.name": "tiny-deep", "dist.strategy": "ddp",
              "train.steps": 8}
     with pytest.raises(UserError, match="different model shape"):

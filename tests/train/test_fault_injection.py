@@ -94,7 +94,8 @@ def test_sigkill_between_the_renames_of_a_resave_is_recovered(tmp_path: Path) ->
         root = pathlib.Path({str(root)!r})
         model = torch.nn.Linear(4, 4)
         opt = torch.optim.AdamW(model.parameters())
-        kw = dict(model=model, optimizer=opt, plan={{}}, config_toml="", meta={{}})
+        meta = checkpoint.Meta(model={{}}, tokenizer="byte", vocab_size=256)
+        kw = dict(model=model, optimizer=opt, plan={{}}, config_toml="", meta=meta)
         checkpoint.save(root, 6, **kw)
         real = os.replace
         def replace(src, dst):

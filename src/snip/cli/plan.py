@@ -138,7 +138,7 @@ def _load(path: Path):
                         f"saved before the first step?); plan from a later checkpoint")
     cfg = C.load(path / "config.toml")
     data = open_data(cfg.data, cfg.seed)
-    model = build_model(ModelConfig(**ckpt.meta["model"]))
+    model = build_model(ModelConfig(**ckpt.meta.model))
     ckpt.load_weights(model)
     optimizer = make_optimizer(model, cfg.train)
     optimizer.load_state_dict(ckpt.optimizer)

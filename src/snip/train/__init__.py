@@ -22,8 +22,9 @@ from snip.train.config import (
     leaves,
     to_toml,
 )
-from snip.train.loop import NonFiniteError, RunResult, make_optimizer, train
+from snip.train.loop import NonFiniteError, RunResult, train
 from snip.train.precision import PrecisionController
+from snip.train.runstate import make_optimizer
 
 __all__ = [
     "DEFAULT_PRESET", "CheckpointError", "Config", "DataSection", "LogSection", "ModelSection",

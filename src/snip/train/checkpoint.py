@@ -75,9 +75,6 @@ SHARDED = "sharded"  # the torch.distributed.checkpoint directory of a sharded c
 # written, before the rename), so a test can kill the process exactly there.
 PAUSE_ENV = "SNIP_CHECKPOINT_PAUSE"
 TOKENIZER_FILE = "tokenizer.json"
-# meta key under which the trainer hands over its tokenizer (``to_dict()``); `_finish` writes it
-# to TOKENIZER_FILE instead of meta.json
-TOKENIZER_META = "tokenizer_spec"
 
 
 class CheckpointError(UserError):
@@ -88,11 +85,39 @@ class CheckpointRemoved(CheckpointError):
     """The checkpoint disappeared while being read: a live run rotated it (not corrupt)."""
 
 
+@dataclass(frozen=True)
+class Meta:
+    """What ``meta.json`` records beside the step and the manifest: enough to check that a
+    checkpoint fits a model and tokenizer, and to continue its counters and schedule.
+    (A checkpoint written before a field existed reads as that field's default.)"""
+
+    model: dict[str, Any]  # `ModelConfig.to_dict()` of the trained model
+    tokenizer: str  # the data's tokenizer name (`Batches.tokenizer`)
+    vocab_size: int
+    skipped: int = 0  # non-finite steps skipped so far
+    world_size: int = 1
+    strategy: str = "none"  # dist.strategy of a multi-process run ("none": one process)
+    schedule: dict[str, Any] | None = None  # `Schedule.to_dict()`: where the decay is anchored
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"skipped": self.skipped, "world_size": self.world_size,
+                "strategy": self.strategy, "model": dict(self.model),
+                "tokenizer": self.tokenizer, "vocab_size": self.vocab_size,
+                "schedule": self.schedule}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Meta:
+        return cls(model=dict(d.get("model") or {}), tokenizer=str(d.get("tokenizer", "")),
+                   vocab_size=int(d.get("vocab_size", 0)), skipped=int(d.get("skipped", 0)),
+                   world_size=int(d.get("world_size", 1)),
+                   strategy=str(d.get("strategy", "none")), schedule=d.get("schedule"))
+
+
 @dataclass
 class Checkpoint:
     path: Path
     step: int
-    meta: dict[str, Any]
+    meta: Meta
     plan: dict[str, Any]
     optimizer: dict[str, Any]
     rng: dict[str, Any]
@@ -179,17 +204,18 @@ def _maybe_pause(step: int) -> None:
 
 
 def save(root: Path, step: int, *, model: nn.Module, optimizer: torch.optim.Optimizer,
-         plan: dict[str, Any], config_toml: str, meta: dict[str, Any],
-         controller: dict[str, Any] | None = None, writeback: dict[str, Any] | None = None,
-         keep: int | None = None) -> Path:
-    """Write checkpoint ``step`` atomically, then keep only the newest ``keep``."""
+         plan: dict[str, Any], config_toml: str, meta: Meta,
+         tokenizer: dict[str, Any] | None = None, controller: dict[str, Any] | None = None,
+         writeback: dict[str, Any] | None = None, keep: int | None = None) -> Path:
+    """Write checkpoint ``step`` atomically, then keep only the newest ``keep``.
+    ``tokenizer``: the data tokenizer's ``to_dict()`` (None: token data without one)."""
     root.mkdir(parents=True, exist_ok=True)
     final = step_dir(root, step)
     tmp = root / f".tmp-{final.name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         _write(tmp, step, model=model, optimizer=optimizer, plan=plan, config_toml=config_toml,
-               meta=meta, controller=controller, writeback=writeback)
+               meta=meta, tokenizer=tokenizer, controller=controller, writeback=writeback)
     except (OSError, RuntimeError, SafetensorError) as e:
         shutil.rmtree(tmp, ignore_errors=True)
         needed = _estimate_bytes(model, optimizer)
@@ -220,7 +246,7 @@ def _estimate_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
 
 
 def _write(tmp: Path, step: int, *, model: nn.Module, optimizer: torch.optim.Optimizer,
-           plan: dict[str, Any], config_toml: str, meta: dict[str, Any],
+           plan: dict[str, Any], config_toml: str, meta: Meta, tokenizer: dict[str, Any] | None,
            controller: dict[str, Any] | None, writeback: dict[str, Any] | None) -> None:
     """Every file of a checkpoint into ``tmp``, meta.json (the manifest) last, all fsynced."""
     tmp.mkdir()
@@ -234,20 +260,19 @@ def _write(tmp: Path, step: int, *, model: nn.Module, optimizer: torch.optim.Opt
         torch.save(writeback, tmp / "writeback.pt")
     (tmp / "plan.json").write_text(json.dumps(plan, indent=2) + "\n")
     (tmp / "config.toml").write_text(config_toml)
-    _finish(tmp, step, meta)
+    _finish(tmp, step, meta, tokenizer)
 
 
-def _finish(tmp: Path, step: int, meta: dict[str, Any]) -> None:
-    """meta.json with the manifest of every file under ``tmp`` (written last), all fsynced."""
-    meta = dict(meta)
-    spec = meta.pop(TOKENIZER_META, None)
-    if spec is not None:
-        (tmp / TOKENIZER_FILE).write_text(json.dumps(spec))
+def _finish(tmp: Path, step: int, meta: Meta, tokenizer: dict[str, Any] | None) -> None:
+    """The tokenizer file, then meta.json with the manifest of every file under ``tmp``
+    (written last), all fsynced."""
+    if tokenizer is not None:
+        (tmp / TOKENIZER_FILE).write_text(json.dumps(tokenizer))
     files = sorted(p for p in tmp.rglob("*") if p.is_file())
     manifest = {str(p.relative_to(tmp)): {"size": p.stat().st_size, "sha256": _sha256(p)}
                 for p in files}
-    (tmp / "meta.json").write_text(json.dumps({**meta, "step": step, "files": manifest},
-                                              indent=2) + "\n")
+    (tmp / "meta.json").write_text(json.dumps(
+        {**meta.to_dict(), "step": step, "files": manifest}, indent=2) + "\n")
     for p in (*files, tmp / "meta.json"):
         _fsync(p)
     for d in (p for p in tmp.rglob("*") if p.is_dir()):
@@ -268,7 +293,8 @@ def _train_state(model: nn.Module, optimizer: torch.optim.Optimizer,
 
 def save_sharded(root: Path, step: int, *, rank: int, model: nn.Module,
                  optimizer: torch.optim.Optimizer, plan: dict[str, Any], config_toml: str,
-                 meta: dict[str, Any], controller: dict[str, Any] | None = None,
+                 meta: Meta, tokenizer: dict[str, Any] | None = None,
+                 controller: dict[str, Any] | None = None,
                  writeback: dict[str, Any] | None = None, keep: int | None = None) -> Path:
     """Write sharded checkpoint ``step`` from every rank (a collective: call it on all ranks
     together), atomically as `save`; returns its directory (on every rank)."""
@@ -304,7 +330,7 @@ def save_sharded(root: Path, step: int, *, rank: int, model: nn.Module,
             (tmp / "config.toml").write_text(config_toml)
         dist.barrier()  # every rank's files are written
         if rank == 0:
-            _finish(tmp, step, meta)
+            _finish(tmp, step, meta, tokenizer)
             _replace_dir(tmp, final)
             _fsync(root)
             _cleanup(root, keep)
@@ -513,7 +539,7 @@ def load(path: Path) -> Checkpoint:
         if (path / "writeback.pt").is_file():
             writeback = torch.load(path / "writeback.pt", weights_only=True)
         return Checkpoint(
-            path=path, step=int(meta["step"]), meta=meta,
+            path=path, step=int(meta["step"]), meta=Meta.from_dict(meta),
             plan=json.loads((path / "plan.json").read_text()),
             optimizer=(torch.load(path / "optimizer.pt", weights_only=True)
                        if (path / "optimizer.pt").is_file() else {}),

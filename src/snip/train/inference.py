@@ -124,8 +124,8 @@ def _load(path: Path, overrides: Mapping[str, Any] | None, flag: str,
     except MissingFileError:
         if need_data:
             raise
-        data = Batches(dataset=None, vocab_size=int(ckpt.meta["vocab_size"]),  # type: ignore
-                       tokenizer=str(ckpt.meta["tokenizer"]))
+        data = Batches(dataset=None, vocab_size=ckpt.meta.vocab_size,  # type: ignore
+                       tokenizer=ckpt.meta.tokenizer)
     mcfg = model_config(cfg, data)
     check_compatible(ckpt, mcfg.to_dict(), data.tokenizer, flag)
     own = not any(k.startswith("precision.") for k in overrides)

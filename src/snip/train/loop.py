@@ -58,7 +58,7 @@ from snip.formats.scaling import RowShard
 from snip.models import ModelConfig, build_model, get_config
 from snip.nn import convert, qlinear_layers
 from snip.plan import PrecisionPlan, fp4_flop_fraction
-from snip.train import checkpoint, distributed, memory, rundir
+from snip.train import checkpoint, distributed, rundir, runstate
 from snip.train import config as C
 from snip.train import writeback as wb
 from snip.train.batches import Batch, Batches, open_data
@@ -72,6 +72,7 @@ from snip.train.metrics import (
     truncate_after,
 )
 from snip.train.precision import explicit, initial_plan, make_controller
+from snip.train.runstate import make_optimizer
 from snip.train.schedule import Schedule, Shape
 
 CALIBRATION_KEY = 10**12  # data "step" of the controller's calibration batches
@@ -134,19 +135,6 @@ def schedule_of(t: C.TrainSection) -> Schedule:
     """The learning-rate schedule of a run that starts at step 0."""
     return Schedule(lr=t.lr, steps=t.steps, warmup_steps=t.warmup_steps,
                     min_lr_ratio=t.min_lr_ratio, shape=Shape(t.schedule))
-
-
-def make_optimizer(model: nn.Module, t: C.TrainSection) -> torch.optim.AdamW:
-    """AdamW with weight decay on weight matrices only: norm gains, biases and embeddings
-    are not decayed (shrinking them towards zero has no regularizing meaning)."""
-    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
-    decay, no_decay = [], []
-    for p in model.parameters():
-        if p.requires_grad:
-            (decay if p.dim() >= 2 and id(p) not in embeddings else no_decay).append(p)
-    groups = [{"params": decay, "weight_decay": t.weight_decay},
-              {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=t.lr, betas=(t.beta1, t.beta2))
 
 
 def pick_device(name: str) -> torch.device:
@@ -249,10 +237,9 @@ class Trainer:
         self.device = pick_device(t.device)
         self.strategy = distributed.Strategy(cfg.dist.strategy)
         self.dist = distributed.from_env(self.strategy)
-        self.fsdp = self.dist.enabled and self.strategy is distributed.Strategy.FSDP
+        layout = runstate.layout(self.dist, self.strategy)
         _check_batch_split(t, self.dist)  # before joining: every rank fails alike, at once
-        if self.fsdp:
-            _check_fsdp_support(cfg)
+        layout.check(cfg)
         if self.device.type == "cuda" and self.dist.enabled:  # one GPU per rank, before NCCL
             self.device = torch.device("cuda", self.dist.local_rank)
             torch.cuda.set_device(self.device)
@@ -275,48 +262,17 @@ class Trainer:
             if resume is not None:  # (a Trainer branched only to inspect the state is fine)
                 _check_steps_left(ckpt.path, ckpt.step, t.steps, flag)
         history = _history(cfg, saved, ckpt) if resume is not None else []
-        memory.check(model_cfg, t.batch_size // t.grad_accum // self.dist.world_size, t.seq_len,
-                     self.device, world_size=self.dist.world_size, sharded=self.fsdp,
-                     force=t.force)  # before the model is built: refuse what cannot fit
+        layout.check_fits(cfg, model_cfg, self.device, self.dist)  # before the model is built
 
         torch.manual_seed(cfg.seed)  # identical init on every rank
         model = build_model(model_cfg).to(self.device)
         distributed.broadcast_parameters(model, self.dist)  # (DDP checks it; FSDP shards it)
         self.plan = PrecisionPlan.from_dict(ckpt.plan) if inherit else initial_plan(cfg.precision)
-        self.model = convert(model, self.plan)
-        full_optim = None
-        if self.fsdp and ckpt is not None and not ckpt.sharded:
-            # a single-file checkpoint into FSDP: whole weights before sharding, the optimizer
-            # state keyed by name (loaded into the shards below)
-            ckpt.load_weights(self.model)
-            full_optim = checkpoint.full_optimizer_state(
-                self.model, ckpt.optimizer, lambda m: make_optimizer(m, t))
-        # `engine` runs the training forwards: the model itself, its DDP wrapper, or the model
-        # sharded in place by FSDP2 (then the optimizer must be built after sharding)
-        self.engine = distributed.wrap(
-            self.model, self.dist, self.strategy,
-            mixed_precision=distributed.MixedPrecision(cfg.dist.mixed_precision),
-            cpu_offload=cfg.dist.cpu_offload)
-        self.optimizer = make_optimizer(self.model, t)
-        self.writeback = (_attach_sharded(cfg, self.model, self.optimizer, self.dist)
-                          if self.fsdp else
-                          wb.attach(cfg.writeback, self.model, self.optimizer, cfg.seed))
-        if ckpt is not None:  # optimizer (+ write-back) state first: a mismatch must fail
-            # before the run directory (config.toml, metrics.jsonl) is touched
-            if ckpt.sharded or full_optim is not None:
-                if ckpt.sharded:  # weights too: DCP reshards to this run's layout
-                    checkpoint.load_state(ckpt.path, self.model, self.optimizer)
-                else:
-                    checkpoint.load_full_optimizer(self.model, self.optimizer, full_optim)
-                if self.writeback is not None or ckpt.writeback is not None:
-                    # the inner optimizer is loaded: the write-back wrapper's own state only
-                    wb.restore(self.writeback, self.optimizer, self.optimizer.state_dict(),
-                               ckpt.writeback, ckpt.path,
-                               fresh_wrapper=self.branched and saved.writeback != cfg.writeback)
-            else:
-                wb.restore(self.writeback, self.optimizer, ckpt.optimizer, ckpt.writeback,
-                           ckpt.path,
-                           fresh_wrapper=self.branched and saved.writeback != cfg.writeback)
+        # optimizer and write-back state are loaded here: a mismatch must fail before the
+        # run directory (config.toml, metrics.jsonl) is touched
+        self.state = layout.build(
+            cfg, convert(model, self.plan), self.dist, ckpt,
+            fresh_wrapper=self.branched and saved.writeback != cfg.writeback)
         self.dir = run_dir_for(cfg)
         start = ckpt.step if ckpt is not None else 0
         self.controller = make_controller(
@@ -348,55 +304,57 @@ class Trainer:
 
     # -- state ---------------------------------------------------------------------------------
 
+    @property
+    def model(self) -> nn.Module:
+        return self.state.model
+
+    @property
+    def engine(self) -> nn.Module:
+        """The module the training forwards call (the model, its DDP wrapper, or FSDP's)."""
+        return self.state.engine
+
+    @property
+    def optimizer(self) -> torch.optim.AdamW:
+        return self.state.optimizer
+
+    @property
+    def writeback(self) -> wb.Writeback | None:
+        return self.state.writeback
+
     def _restore(self, ckpt: checkpoint.Checkpoint, inherit: bool) -> None:
-        """Weights, controller, RNGs and counters (the optimizer state is loaded before)."""
-        if not (ckpt.sharded or self.fsdp):  # those weights are loaded already
-            ckpt.load_weights(self.model)
+        """Plan, controller, RNGs and counters (weights and optimizer are loaded already)."""
         self.plan.apply(self.model)
         if inherit and self.controller is not None and ckpt.controller is not None:
             self.controller.load_state_dict(ckpt.controller)
         checkpoint.restore_rng(ckpt.rng_of(self.dist.rank))
-        self.step_count, self.skipped = ckpt.step, int(ckpt.meta.get("skipped", 0))
+        self.step_count, self.skipped = ckpt.step, ckpt.meta.skipped
+
+    def _contents(self) -> runstate.Contents:
+        """What a checkpoint of this run holds beside the training state."""
+        meta = checkpoint.Meta(
+            model=dict(self.model.config.to_dict()), tokenizer=self.data.tokenizer,
+            vocab_size=self.data.vocab_size, skipped=self.skipped,
+            world_size=self.dist.world_size,
+            strategy=self.strategy.value if self.dist.enabled else "none",
+            schedule=self.schedule.to_dict())
+        tok = self.data.dataset.tokenizer  # the checkpoint carries it (None: .bin token data)
+        return runstate.Contents(
+            plan=self.plan.to_dict(), meta=meta, tokenizer=tok.to_dict() if tok else None,
+            config_toml=(self.dir / "config.toml").read_text() if self.dist.is_main else "",
+            controller=self.controller.state_dict() if self.controller is not None else None)
 
     def save(self) -> Path | None:
-        """Checkpoint the current state (rank 0 writes; every rank waits until it is on disk, so
-        no rank exits while rank 0 is still saving); returns its directory."""
-        if not self.dist.is_main and not self.fsdp:
-            distributed.barrier(self.dist, "waiting for rank 0 to save a checkpoint")
-            return None
-        meta = {"skipped": self.skipped, "world_size": self.dist.world_size,
-                "strategy": self.strategy.value if self.dist.enabled else "none",
-                "model": dict(self.model.config.to_dict()), "tokenizer": self.data.tokenizer,
-                "vocab_size": self.data.vocab_size, "schedule": self.schedule.to_dict()}
-        tok = self.data.dataset.tokenizer  # the checkpoint carries it (None: .bin token data)
-        meta[checkpoint.TOKENIZER_META] = tok.to_dict() if tok is not None else None
-        state = self.controller.state_dict() if self.controller is not None else None
-        writeback = self.writeback.state_dict() if self.writeback is not None else None
-        if self.fsdp:  # every rank writes its shards
-            with distributed.collective(self.dist, "saving a sharded checkpoint"):
-                path = checkpoint.save_sharded(
-                    self.dir / "checkpoints", self.step_count, rank=self.dist.rank,
-                    model=self.model, optimizer=self.optimizer, plan=self.plan.to_dict(),
-                    config_toml=(self.dir / "config.toml").read_text()
-                    if self.dist.is_main else "", meta=meta, controller=state,
-                    writeback=writeback, keep=self.cfg.train.keep_checkpoints)
-            distributed.barrier(self.dist, "waiting for the sharded checkpoint")
-            if not self.dist.is_main:
-                return None
+        """Checkpoint the current state (every rank returns once it is on disk, so no rank
+        exits while it is still being written); its directory on rank 0."""
+        path = self.state.save(self.dir / "checkpoints", self.step_count, self._contents,
+                               self.cfg.train.keep_checkpoints)
+        if path is not None:
             self.log.log("checkpoint", self.step_count, path=str(path.relative_to(self.dir)))
-            return path
-        path = checkpoint.save(
-            self.dir / "checkpoints", self.step_count, model=self.model,
-            optimizer=self.optimizer, plan=self.plan.to_dict(),
-            config_toml=(self.dir / "config.toml").read_text(), meta=meta, controller=state,
-            writeback=writeback, keep=self.cfg.train.keep_checkpoints)
-        self.log.log("checkpoint", self.step_count, path=str(path.relative_to(self.dir)))
-        distributed.barrier(self.dist, "waiting for rank 0 to save a checkpoint")
         return path
 
     def close(self) -> None:
         self.log.close()
-        self.engine = self.model  # DDP's reducer goes before the process group (see teardown)
+        self.state.release_engine()  # DDP's reducer goes before the process group (teardown)
         distributed.teardown(self.dist)
 
     # -- one step --------------------------------------------------------------------------------
@@ -524,9 +482,8 @@ class Trainer:
         if self.step_seconds:
             self.controller.step_seconds = statistics.median(self.step_seconds)
         model, optimizer = self.model, self.optimizer
-        if self.fsdp and self.controller.due(self.step_count):
-            with distributed.collective(dist, "gathering the weights for the statistics"):
-                model, optimizer = distributed.full_replica(model, optimizer, self._bare)
+        if self.controller.due(self.step_count):  # whole tensors for the statistics
+            model, optimizer = self.state.full_replica(self._bare)
         new = self.controller.on_step_end(self.step_count, model, optimizer, batch_fn)
         # rank 0's plan on every rank (they agree; this makes it a guarantee)
         new = distributed.from_rank0(new, dist, PrecisionPlan.to_dict, PrecisionPlan.from_dict)
@@ -647,27 +604,6 @@ def train(cfg: C.Config, resume: str | Path | None = None, init_from: str | Path
 # Setting up: checks before anything is written, and the run directory.
 
 
-def _check_fsdp_support(cfg: C.Config) -> None:
-    """What FSDP runs cannot do yet: a one-line error before anything is written."""
-    if cfg.writeback.policy == "eco" or cfg.writeback.state_format:
-        what = ("writeback.policy=eco" if cfg.writeback.policy == "eco"
-                else "writeback.state_format")
-        raise UserError(f"{what} is not supported with dist.strategy=fsdp (it needs AdamW's "
-                        "state of the whole weight); use dist.strategy ddp")
-
-
-def _attach_sharded(cfg: C.Config, model: nn.Module, optimizer: torch.optim.Optimizer,
-                    dist: distributed.DistInfo) -> wb.Writeback | None:
-    """Write-back for an FSDP model (`snip.optim.shard`: policies on whole tensors)."""
-    if cfg.writeback.policy == "none":
-        return None
-    from snip.optim.shard import build_sharded
-
-    config = cfg.writeback.to_config(seed=cfg.seed, record_every=0)
-    return wb.Writeback(wb=build_sharded(model, optimizer, config, dist.rank, dist.world_size),
-                        policy=cfg.writeback.policy)
-
-
 def _check_batch_split(t: C.TrainSection, dist: distributed.DistInfo) -> None:
     if t.batch_size % (t.grad_accum * dist.world_size):
         raise UserError(f"train.batch_size={t.batch_size} must be divisible by train.grad_accum"
@@ -676,7 +612,7 @@ def _check_batch_split(t: C.TrainSection, dist: distributed.DistInfo) -> None:
 
 def check_compatible(ckpt: checkpoint.Checkpoint, model: dict, tokenizer: str,
                       flag: str) -> None:
-    saved = ckpt.meta.get("model", {})
+    saved = ckpt.meta.model
     # max_seq_len only bounds the input length (RoPE has no position weights): not a shape.
     diff = {k: (saved.get(k), v) for k, v in model.items()
             if saved.get(k) != v and k != "max_seq_len"}
@@ -686,9 +622,9 @@ def check_compatible(ckpt: checkpoint.Checkpoint, model: dict, tokenizer: str,
         raise UserError(f"cannot {verb} {ckpt.path}: it holds a different model shape "
                          f"({k}={old}, this config gives {new}); use the run's own "
                          "model.name and data settings")
-    if ckpt.meta.get("tokenizer") != tokenizer:
+    if ckpt.meta.tokenizer != tokenizer:
         raise UserError(f"cannot {verb} {ckpt.path}: it was trained with tokenizer "
-                         f"{ckpt.meta.get('tokenizer')!r}, this config uses {tokenizer!r}")
+                         f"{ckpt.meta.tokenizer!r}, this config uses {tokenizer!r}")
 
 
 def _check_steps_left(path: Path, step: int, steps: int, flag: str) -> None:
@@ -721,7 +657,7 @@ def _history(cfg: C.Config, saved: C.Config, ckpt: checkpoint.Checkpoint) -> lis
 def _schedule(t: C.TrainSection, ckpt: checkpoint.Checkpoint | None) -> Schedule:
     """The schedule from the checkpoint's on, stretched to ``t.steps`` where that changed."""
     base = schedule_of(t)
-    saved = ckpt.meta.get("schedule") if ckpt is not None else None
+    saved = ckpt.meta.schedule if ckpt is not None else None
     if saved is None:
         return base
     anchored = Schedule(lr=t.lr, steps=saved["steps"], warmup_steps=t.warmup_steps,
