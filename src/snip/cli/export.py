@@ -60,10 +60,11 @@ def export_hf(run: str | Path, out: str | Path) -> Path:
     path = checkpoint.find(Path(run))
     out = Path(out)
     check_out(out, path)
-    meta = checkpoint.verify(path)
-    if "model" not in meta:
+    recorded = checkpoint.verify(path)
+    meta = checkpoint.Meta.from_dict(recorded)
+    if not meta.model:
         raise UserError(f"checkpoint {path} records no model shape (meta.json has no 'model')")
-    cfg = ModelConfig(**meta["model"])
+    cfg = ModelConfig(**meta.model)
     weights = path / "model.safetensors"
     with safe_open(str(weights), "pt") as f:  # the stored dtype (tied tensors are stored once)
         dtype = f.get_slice(next(iter(f.keys()))).get_dtype()
@@ -72,10 +73,10 @@ def export_hf(run: str | Path, out: str | Path) -> Path:
     if missing or unexpected:
         raise UserError(f"checkpoint {path} does not fit its recorded model shape (missing "
                          f"{sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]})")
-    tokenizer = meta.get("tokenizer")
+    tokenizer = meta.tokenizer or None
     tok = checkpoint.tokenizer_of(path)  # None: pre-tokenized data, no text tokenizer
     plan = path / "plan.json"
-    source = {"checkpoint": str(path), "step": meta.get("step"), "tokenizer": tokenizer,
+    source = {"checkpoint": str(path), "step": recorded.get("step"), "tokenizer": tokenizer,
               "plan": json.loads(plan.read_text()) if plan.is_file() else None}
     try:
         with atomic.output_dir(out) as tmp:  # all or nothing: renamed into place when complete
