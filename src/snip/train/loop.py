@@ -339,7 +339,8 @@ class Trainer:
             schedule=self.schedule.to_dict())
         tok = self.data.dataset.tokenizer  # the checkpoint carries it (None: .bin token data)
         return runstate.Contents(
-            plan=self.plan.to_dict(), meta=meta, tokenizer=tok.to_dict() if tok else None,
+            plan=self.plan.to_dict(), meta=meta,
+            tokenizer=tok.to_dict() if tok is not None else None,
             config_toml=(self.dir / "config.toml").read_text() if self.dist.is_main else "",
             controller=self.controller.state_dict() if self.controller is not None else None)
 

@@ -114,6 +114,9 @@ class RunState:
         sharded); ``bare()`` builds an empty copy to gather into."""
         return self.model, self.optimizer
 
+    def _writeback_state(self) -> dict[str, Any] | None:
+        return self.writeback.state_dict() if self.writeback is not None else None
+
     def release_engine(self) -> None:
         """Drop the wrapper (DDP's reducer must go before the process group, see
         `distributed.teardown`)."""
@@ -164,7 +167,7 @@ class Replicated(RunState):
                 root, step, model=self.model, optimizer=self.optimizer, plan=c.plan,
                 config_toml=c.config_toml, meta=c.meta, tokenizer=c.tokenizer,
                 controller=c.controller, keep=keep,
-                writeback=self.writeback.state_dict() if self.writeback is not None else None)
+                writeback=self._writeback_state())
         distributed.barrier(self.dist, "waiting for rank 0 to save a checkpoint")
         return path
 
@@ -219,7 +222,7 @@ class Sharded(RunState):
                 root, step, rank=self.dist.rank, model=self.model, optimizer=self.optimizer,
                 plan=c.plan, config_toml=c.config_toml, meta=c.meta, tokenizer=c.tokenizer,
                 controller=c.controller, keep=keep,
-                writeback=self.writeback.state_dict() if self.writeback is not None else None)
+                writeback=self._writeback_state())
         distributed.barrier(self.dist, "waiting for the sharded checkpoint")
         return path if self.dist.is_main else None
 
