@@ -61,7 +61,7 @@ def test_controller_warmup_cadence_and_files(tmp_path) -> None:
 
 @pytest.mark.parametrize("every", [0, -3])
 def test_every_must_be_positive(every: int) -> None:
-    with pytest.raises(ValueError, match="precision.every"):
+    with pytest.raises(ValueError, match="every="):
         Controller(every=every)
 
 
@@ -205,12 +205,24 @@ def test_random_baseline_is_one_fixed_plan_per_seed() -> None:
     assert len(layers) == 3 and all(x == layers[0] for x in layers)
 
 
+def test_plans_run_their_gemms_as_the_run_does() -> None:
+    """The controller's plans are complete: a native run stays native across re-plans."""
+    from snip.nn import GemmImpl
+
+    for gemm in (GemmImpl.EMULATED, GemmImpl.NATIVE):
+        m, opt = _tiny()
+        plans = _train(m, opt, 3, Controller(budget=0.5, every=2, warmup=1, gemm=gemm.value),
+                       batch_fn)
+        assert len(plans) == 2 and all(p.gemm is gemm for p in plans.values())
+        assert plans[1].meta["achieved"]["fp4_flop_fraction"] >= 0.5
+
+
 def test_controller_validates_its_knobs() -> None:
     with pytest.raises(ValueError, match="calib_batches"):
         Controller(calib_batches=0)
     with pytest.raises(ValueError, match="ema_decay"):
         Controller(ema_decay=1.0)
-    with pytest.raises(ValueError, match="precision.warmup"):
+    with pytest.raises(ValueError, match="warmup="):
         Controller(warmup=0)
 
 

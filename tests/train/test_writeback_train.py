@@ -42,12 +42,21 @@ def test_section_mirrors_snip_optim() -> None:
     ({"writeback.policy": "rne", "writeback.state_format": "q7"}, "writeback.state_format"),
     ({"writeback.state_format": "bf16"}, "writeback.state_format needs a writeback.policy"),
     ({"writeback.policy": "rne", "writeback.tile_size": 0}, "writeback.tile_size must be > 0"),
-    ({"writeback.policy": "selective_master"}, "needs writeback.mask FILE"),
+    ({"writeback.policy": "selective_master"}, "writeback.mask is required by policy 'selective_master'"),
     ({"writeback.policy": "rne", "writeback.mask": "m.json"}, "only applies to .*selective"),
 ])
 def test_bad_writeback_values_name_the_key(values: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         C.build(values)
+
+
+def test_the_library_config_names_its_own_fields() -> None:
+    from snip.optim import WritebackConfig
+
+    with pytest.raises(ValueError, match=r"^tile_size must be > 0"):
+        WritebackConfig(tile_size=0)
+    with pytest.raises(ValueError, match=r"^mask is required by policy 'selective_master'"):
+        WritebackConfig(policy="selective_master")
 
 
 def test_help_documents_the_writeback_options(capsys: pytest.CaptureFixture) -> None:

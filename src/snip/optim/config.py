@@ -46,7 +46,7 @@ def eligible_parameters(model: nn.Module, include: str | None = None,
             out.append((name, p))
     if not out:
         raise UserError(f"no eligible parameters in {type(model).__name__} (include={include!r}, "
-                        f"exclude={exclude!r}); widen --writeback.include")
+                        f"exclude={exclude!r}); widen include or narrow exclude")
     return out
 
 
@@ -67,33 +67,34 @@ class WritebackConfig:
     eco_rounding: str = "stochastic"
 
     def __post_init__(self) -> None:
-        """Check the settings; errors name the ``writeback.*`` key (the trainer's TOML key and,
-        with ``--``, its flag), so ``snip.train.config.WritebackSection`` re-uses these rules."""
+        """Check the settings; an error starts with the field it names, so that
+        ``snip.train.config.WritebackSection``, which re-uses these rules, prefixes its section
+        (``writeback.format: ...``)."""
         pol = as_policy(self.policy)
         try:
             StorageGrid.parse(self.format)
         except ValueError as e:
-            raise UserError(f"writeback.format: {e}") from None
+            raise UserError(f"format: {e}") from None
         if self.state_format:
             try:
                 StateFormat(name=self.state_format)
             except ValueError as e:
-                raise UserError(f"writeback.state_format: {e}") from None
+                raise UserError(f"state_format: {e}") from None
         if isinstance(self.tile_size, bool) or not isinstance(self.tile_size, int):
-            raise UserError(f"writeback.tile_size must be an int, got {self.tile_size!r}")
+            raise UserError(f"tile_size must be an int, got {self.tile_size!r}")
         if self.tile_size < 1:
-            raise UserError(f"writeback.tile_size must be > 0, got {self.tile_size!r}")
+            raise UserError(f"tile_size must be > 0, got {self.tile_size!r}")
         if pol is Policy.SELECTIVE_MASTER and self.mask is None:
-            raise UserError("writeback.policy 'selective_master' needs writeback.mask FILE (the "
-                            "required tile mask, built with `snip audit --mask-out FILE`)")
+            raise UserError("mask is required by policy 'selective_master' (a tile mask "
+                            "file, built with `snip audit --mask-out FILE`)")
         if self.mask is not None and pol is not Policy.SELECTIVE_MASTER:
-            raise UserError(f"writeback.mask only applies to writeback.policy "
-                            f"'selective_master', not {self.policy!r}")
+            raise UserError(f"mask only applies to policy 'selective_master', not "
+                            f"{self.policy!r}")
         if self.eco_rounding not in ("stochastic", "rne"):
-            raise UserError(f"writeback.eco_rounding must be stochastic or rne, got "
+            raise UserError(f"eco_rounding must be stochastic or rne, got "
                             f"{self.eco_rounding!r}")
         if self.record_every < 0:
-            raise UserError(f"writeback.record_every must be >= 0, got {self.record_every}")
+            raise UserError(f"record_every must be >= 0, got {self.record_every}")
         for rx in (self.include, self.exclude):
             if rx:
                 try:
@@ -112,7 +113,7 @@ def build(model: nn.Module, optimizer: torch.optim.Optimizer,
     mask = TileMask.load(Path(config.mask)) if config.mask else None
     if mask is not None and mask.tile_size != config.tile_size:
         raise UserError(f"mask {config.mask!r} uses tile_size {mask.tile_size}, config says "
-                        f"{config.tile_size}; pass --writeback.tile_size {mask.tile_size}")
+                        f"{config.tile_size}; set tile_size to {mask.tile_size}")
     return WritebackOptimizer(optimizer, params, element=config.format, policy=config.policy,
                               mask=mask, seed=config.seed, state_format=config.state_format,
                               tile_size=config.tile_size, record_every=config.record_every,

@@ -172,5 +172,5 @@ def build_sharded(model: nn.Module, optimizer: torch.optim.Optimizer, config: Wr
     mask = TileMask.load(Path(config.mask)) if config.mask else None
     if mask is not None and mask.tile_size != config.tile_size:
         raise UserError(f"mask {config.mask!r} uses tile_size {mask.tile_size}, config says "
-                        f"{config.tile_size}; pass --writeback.tile_size {mask.tile_size}")
+                        f"{config.tile_size}; set tile_size to {mask.tile_size}")
     return ShardedWriteback(optimizer, named, config, rank, world, mask)

@@ -13,10 +13,11 @@ The trainer calls :meth:`Controller.on_step_end` after every optimizer step
 3. folds the new table into an exponential moving average of the raw divergences
    (:func:`snip.sensitivity.blend`, weight ``ema_decay`` on the past), so one noisy table cannot
    flip the plan;
-4. solves for the budget (:func:`snip.planner.solve`, isolated in :func:`plan_from_table`) and
-   returns the plan; the trainer applies it between steps and saves it to
-   ``plans/step_<N>.json``.  The averaged table goes to ``out_dir/step_<N>.json``, this cycle's
-   own measurement to ``out_dir/step_<N>_cycle.json``.
+4. solves for the budget (:func:`snip.planner.solution`) and returns the plan, whose GEMMs run
+   as ``gemm`` says (the run's execution mode, emulated or native, kept across plans); the
+   trainer applies it between steps and saves it to ``plans/step_<N>.json``.  The averaged
+   table goes to ``out_dir/step_<N>.json``, this cycle's own measurement to
+   ``out_dir/step_<N>_cycle.json``.
 
 **Cost.**  Each cycle is logged to ``out_dir/controller.jsonl`` and kept in :attr:`history`:
 statistics and solve seconds, the share of wall time since the previous cycle, and
@@ -56,11 +57,12 @@ import torch
 from torch import nn
 
 from snip.errors import UserError
+from snip.nn.native import GemmImpl, as_gemm_impl
 from snip.plan import PrecisionPlan
 from snip.planner.baselines import Method
 from snip.planner.oracle import Damage, measure_damage
 from snip.planner.problem import DEFAULT_CANDIDATES, Budget
-from snip.planner.solve import solve
+from snip.planner.solve import solution
 from snip.sensitivity import (
     Normalization,
     Propagation,
@@ -103,27 +105,6 @@ class Cycle:
         return self.stats_seconds / self.step_seconds if self.step_seconds > 0 else float("nan")
 
 
-@dataclass(frozen=True)
-class Planned:
-    """What the controller needs back from the planner."""
-
-    plan: PrecisionPlan
-    fp4_flop_fraction: float
-    objective: float
-
-
-def plan_from_table(table: SensitivityTable, budget: Budget, *, method: Method,
-                    per_gemm: bool, candidates: Sequence[str], seed: int,
-                    damage: Damage | None = None, top: int = 1) -> Planned:
-    """The one call into :mod:`snip.planner.solve` (kept apart so its return type can change);
-    ``damage`` is the oracle's measured damage (:func:`oracle_damage`), ``top`` the units
-    ``random_top`` keeps high."""
-    plan = solve(table, budget, method=method, per_gemm=per_gemm, candidates=candidates,
-                 seed=seed, damage=damage, top=top)
-    return Planned(plan=plan, fp4_flop_fraction=plan.meta["achieved"]["fp4_flop_fraction"],
-                   objective=plan.meta["objective"])
-
-
 @dataclass
 class Controller:
     """Re-plans precision every ``every`` steps after ``warmup`` (module docstring)."""
@@ -148,6 +129,7 @@ class Controller:
     plan_seed: int | None = None  # seed of the random baseline's plan (None: ``seed``)
     top: int = 1  # random_top: SNIP's most sensitive units kept high
     plans_dir: Path | str | None = None
+    gemm: GemmImpl | str = GemmImpl.EMULATED  # how the plans it returns run their GEMMs
     step_seconds: float | None = None  # set by a trainer that measures its own step time
     history: list[Cycle] = field(default_factory=list)
     ema: SensitivityTable | None = field(default=None, repr=False)
@@ -158,18 +140,19 @@ class Controller:
 
     def __post_init__(self) -> None:
         if isinstance(self.every, bool) or not isinstance(self.every, int) or self.every < 1:
-            raise UserError(f"precision.every={self.every!r} must be an integer >= 1 (re-plan "
-                            f"every N steps)")
+            raise UserError(f"every={self.every!r} must be an integer >= 1 (re-plan every N "
+                            f"steps)")
         if self.warmup is None:
             self.warmup = self.every
         if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 1:
-            raise UserError(f"precision.warmup={self.warmup!r} must be an integer >= 1 (plans "
+            raise UserError(f"warmup={self.warmup!r} must be an integer >= 1 (plans "
                              f"need one optimizer step of AdamW state)")
         if not 0 <= self.ema_decay < 1:
             raise UserError(f"ema_decay={self.ema_decay!r} must be in [0, 1) (0: no averaging "
                              f"across cycles)")
         self.budget = Budget.of(self.budget)
         self.method = Method.parse(self.method)
+        self.gemm = as_gemm_impl(self.gemm)
         self.stats = SensitivityConfig(
             candidates=tuple(self.candidates), calib_batches=self.calib_batches,
             calib_rows=self.calib_rows, noise_scale=self.noise_scale,
@@ -198,18 +181,18 @@ class Controller:
         damage = self._oracle_cycle(step, model, batch_fn, table, offset)
         t1 = time.perf_counter()
         self.ema = blend(self.ema, table, self.ema_decay)
-        planned = plan_from_table(self.ema, self.budget, method=self.method,
-                                  per_gemm=self.per_gemm, candidates=self.candidates,
-                                  seed=self.seed if self.plan_seed is None else self.plan_seed,
-                                  damage=damage, top=self.top)
+        solved = solution(self.ema, self.budget, method=self.method, per_gemm=self.per_gemm,
+                          candidates=self.candidates, damage=damage, top=self.top,
+                          seed=self.seed if self.plan_seed is None else self.plan_seed)
         t2 = time.perf_counter()
         step_s, source = self._step_time(table)
         cycle = Cycle(step=step, stats_seconds=t1 - t0, solve_seconds=t2 - t1,
-                      train_seconds=train_seconds, fp4_flop_fraction=planned.fp4_flop_fraction,
-                      objective=planned.objective, step_seconds=step_s,
+                      train_seconds=train_seconds,
+                      fp4_flop_fraction=solved.achieved.fp4_flop_fraction,
+                      objective=solved.objective, step_seconds=step_s,
                       step_seconds_source=source, batch_offset=offset)
         self.history.append(cycle)
-        plan = planned.plan.with_meta(overhead={
+        plan = dataclasses.replace(solved.plan, gemm=self.gemm).with_meta(overhead={
             "stats_seconds": cycle.stats_seconds, "solve_seconds": cycle.solve_seconds,
             "share": cycle.overhead_share, "cycle_step_equivalents": cycle.step_equivalents})
         self._save(step, table, plan, cycle)

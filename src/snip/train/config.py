@@ -405,8 +405,11 @@ class WritebackSection:
             if self.mask:
                 raise UserError("writeback.mask only applies to writeback.policy "
                                 "'selective_master', not 'none'")
-        # The rules live in snip.optim.WritebackConfig, whose errors name the writeback.* key.
-        self.to_config()
+        # The rules live in snip.optim.WritebackConfig; its errors start with the field's name.
+        try:
+            self.to_config()
+        except UserError as e:
+            raise UserError(f"writeback.{e}") from None
 
     def to_config(self, **extra: Any) -> WritebackConfig:
         """The library config of this section ("" means unset). Policy 'none' wraps nothing, so

@@ -46,7 +46,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -278,7 +278,7 @@ class Trainer:
         self.controller = make_controller(
             cfg.precision, self.dir / "sensitivity", self.dist.is_main, cfg.seed,
             start=start if self.branched and not inherit else 0,
-            step_tokens=t.batch_size * t.seq_len)
+            step_tokens=t.batch_size * t.seq_len, gemm=self.plan.gemm)
         self.schedule = _schedule(t, ckpt)
 
         self.step_count, self.skipped = 0, 0
@@ -490,8 +490,7 @@ class Trainer:
         new = distributed.from_rank0(new, dist, PrecisionPlan.to_dict, PrecisionPlan.from_dict)
         if new is None:
             return False
-        # a re-plan changes formats, never how the GEMMs run (emulated or native)
-        previous, self.plan = self.plan, replace(new, gemm=self.plan.gemm)
+        previous, self.plan = self.plan, new  # the controller keeps the run's gemm mode
         self.plan.apply(self.model)
         self.record_plan(previous, bar)
         for h in self.hooks:

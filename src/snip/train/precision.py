@@ -20,6 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from torch import nn
 
+from snip.nn.native import GemmImpl
 from snip.plan import PrecisionPlan, fp4_flop_fraction
 from snip.sensitivity.loss import BatchFn
 from snip.train.config import PrecisionSection
@@ -33,7 +34,8 @@ class PrecisionController(Protocol):
     the model, the optimizer and ``batch_fn(i)``, which returns the i-th (tokens, targets)
     calibration micro-batch of this rank (a deterministic function of ``i``, drawn from the
     training split). It returns a new plan to apply now, or None. Every rank must return the
-    same plan. Files it writes go under ``out_dir`` (``runs/NAME/sensitivity/``).
+    same plan, and a complete one: the trainer applies it as it is, so its ``gemm`` (emulated or
+    native) is the run's. Files it writes go under ``out_dir`` (``runs/NAME/sensitivity/``).
 
     ``due(step)`` says whether that call will measure and re-plan (the trainer gathers FSDP's
     whole weights only then, and warns when no call of a run is due); ``step_seconds`` is set
@@ -60,13 +62,15 @@ def initial_plan(cfg: PrecisionSection) -> PrecisionPlan:
 
 
 def make_controller(cfg: PrecisionSection, out_dir: Path, is_main: bool, seed: int = 0,
-                    start: int = 0, step_tokens: int | None = None) -> PrecisionController | None:
+                    start: int = 0, step_tokens: int | None = None,
+                    gemm: GemmImpl = GemmImpl.EMULATED) -> PrecisionController | None:
     """The adaptive controller, or None for fixed precision.
 
     ``start``: the step a branch (``--init-from``) starts at; its warm-up counts from there and
     defaults to 0 (the parent is warmed up: plan at once). A fresh run's defaults to
     ``precision.every``. ``step_tokens``: tokens per optimizer step (all micro-batches and
-    ranks), the scale of the weight divergence of one update."""
+    ranks), the scale of the weight divergence of one update. ``gemm``: how the run's GEMMs
+    run (its starting plan's), which every plan the controller returns keeps."""
     if cfg.mode != "adaptive":
         return None
     from snip.planner import DEFAULT_CANDIDATES, Controller  # here: the planner pulls in scipy
@@ -78,7 +82,7 @@ def make_controller(cfg: PrecisionSection, out_dir: Path, is_main: bool, seed: i
                       per_gemm=cfg.per_gemm, candidates=cfg.candidate_list or DEFAULT_CANDIDATES,
                       calib_batches=cfg.calib_batches, calib_rows=cfg.calib_rows or None,
                       ema_decay=cfg.ema_decay, terms=cfg.terms, step_tokens=step_tokens,
-                      top=cfg.keep_top, normalization=cfg.normalization)
+                      top=cfg.keep_top, normalization=cfg.normalization, gemm=gemm)
 
 
 def explicit(plan: PrecisionPlan, model: nn.Module, step: int) -> PrecisionPlan:
