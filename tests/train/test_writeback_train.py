@@ -42,7 +42,7 @@ def test_section_mirrors_snip_optim() -> None:
     ({"writeback.policy": "rne", "writeback.state_format": "q7"}, "writeback.state_format"),
     ({"writeback.state_format": "bf16"}, "writeback.state_format needs a writeback.policy"),
     ({"writeback.policy": "rne", "writeback.tile_size": 0}, "writeback.tile_size must be > 0"),
-    ({"writeback.policy": "selective_master"}, "writeback.mask is required by policy 'selective_master'"),
+    ({"writeback.policy": "selective_master"}, "writeback.mask is required by policy"),
     ({"writeback.policy": "rne", "writeback.mask": "m.json"}, "only applies to .*selective"),
 ])
 def test_bad_writeback_values_name_the_key(values: dict, match: str) -> None:
