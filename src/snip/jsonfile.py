@@ -11,12 +11,16 @@ Each input is a JSON *object*; anything else is the user's to fix and becomes a 
 - not JSON: "... is not valid JSON: line 2, column 30: Expecting ',' delimiter";
 - JSON, but not an object: "... must hold a JSON object, not list".
 
+`flatten` gives the dotted view of a nested object (a config tree, a JSON record):
+``{"train": {"steps": 5}}`` -> ``{"train.steps": 5}``.
+
 This module sits below everything but `snip.errors`, beside `snip.atomic` (its writing side).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -48,3 +52,15 @@ def read_object(path: str | Path, what: str, hint: str = "") -> dict[str, Any]:
     if not isinstance(data, dict):
         raise UserError(f"{name} must hold a JSON object, not {type(data).__name__}")
     return data
+
+
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"train": {"steps": 5}}`` -> ``{"train.steps": 5}`` (nested mappings only; lists stay
+    values)."""
+    out: dict[str, Any] = {}
+    for k, v in tree.items():
+        if isinstance(v, Mapping):
+            out.update(flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out

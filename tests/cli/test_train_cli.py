@@ -55,6 +55,12 @@ def test_bad_input_is_one_line_and_exit_2(argv: list[str], match: str, tmp_path:
     assert not any(tmp_path.iterdir())  # nothing was created
 
 
+def test_other_commands_keep_argparse_for_unknown_options(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["report", "runs/x", "--bogus"])
+    assert e.value.code == 2 and "unrecognized arguments: --bogus" in capsys.readouterr().err
+
+
 def test_bad_data_files(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()

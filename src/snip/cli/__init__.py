@@ -150,6 +150,12 @@ def deprecations(command: str, argv: Sequence[str]) -> list[str]:
             "in the next release)" for old in used]
 
 
+# A command whose parser has this default (a list) receives the options argparse does not know,
+# instead of argparse's usage dump, and answers them itself (snip train: one line naming the
+# closest valid option).
+UNKNOWN_OPTIONS = "unknown_options"
+
+
 def build_parser(load: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The ``snip`` parser; subcommands named in ``load`` (all when ``None``) get their options.
 
@@ -191,7 +197,11 @@ def _requested(argv: Sequence[str]) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(load=_requested(argv))
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:  # argparse's usage dump, unless the command answers them itself (one line)
+        if not hasattr(args, UNKNOWN_OPTIONS):
+            parser.error(f"unrecognized arguments: {' '.join(extras)}")
+        setattr(args, UNKNOWN_OPTIONS, extras)
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2

@@ -22,12 +22,12 @@ import argparse
 import difflib
 import sys
 
+from snip.cli import UNKNOWN_OPTIONS
 from snip.errors import UserError
 
 COMMAND = "train"
 HELP = "train a model (default: small model on the embedded corpus) and write runs/NAME"
 _PREFIX = "cfg:"  # namespace attributes that are config keys
-_UNKNOWN = "_unknown_options"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="start a new run from the weights of a Hugging Face Llama/Mistral "
                              "model directory (save_pretrained output); the model is its shape")
     add_config_options(parser)
-    _collect_unknown_options(parser)
+    parser.set_defaults(**{UNKNOWN_OPTIONS: []})  # snip.cli.main hands them over
 
 
 def add_config_options(parser: argparse.ArgumentParser, sections: tuple[str, ...] = (),
@@ -85,19 +85,6 @@ def config_overrides(args: argparse.Namespace) -> dict[str, object]:
     return {k[len(_PREFIX):]: v for k, v in vars(args).items() if k.startswith(_PREFIX)}
 
 
-def _collect_unknown_options(parser: argparse.ArgumentParser) -> None:
-    # argparse would reject a misspelt flag with a usage dump; keep it instead, so that `run`
-    # can answer with one line naming the closest valid option (exit code 2).
-    parse_known = parser.parse_known_args
-
-    def parse_known_args(args=None, namespace=None):  # noqa: ANN001, ANN202
-        ns, extras = parse_known(args, namespace)
-        setattr(ns, _UNKNOWN, [*getattr(ns, _UNKNOWN, []), *extras])
-        return ns, []
-
-    parser.parse_known_args = parse_known_args  # type: ignore[method-assign]
-
-
 def _unknown_option_error(options: list[str]) -> UserError:
     from snip.train.config import leaf_map
 
@@ -112,8 +99,8 @@ def _unknown_option_error(options: list[str]) -> UserError:
 def run(args: argparse.Namespace) -> int:
     from snip.train import NonFiniteError, from_sources, train
 
-    if getattr(args, _UNKNOWN, None):
-        raise _unknown_option_error(getattr(args, _UNKNOWN))
+    if getattr(args, UNKNOWN_OPTIONS, None):
+        raise _unknown_option_error(getattr(args, UNKNOWN_OPTIONS))
     overrides, hooks = config_overrides(args), []
     if getattr(args, "init_from_hf", None):
         if args.resume or args.init_from:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from snip.errors import UserError
+from snip.jsonfile import flatten
 from snip.report.runs import RunData
 
 _SEED_SUFFIX = re.compile(r"[-_.]?(s|seed)\d+$", re.IGNORECASE)
@@ -36,17 +37,6 @@ class Group:
     @property
     def repeated(self) -> bool:
         return len(self.runs) > 1
-
-
-def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"train": {"lr": 1}}`` -> ``{"train.lr": 1}``."""
-    out: dict[str, Any] = {}
-    for k, v in config.items():
-        if isinstance(v, dict):
-            out.update(flatten(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
 
 
 def recipe_key(run: RunData) -> str:

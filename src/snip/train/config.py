@@ -37,6 +37,7 @@ from typing import Any
 
 from snip import atomic
 from snip.errors import MissingFileError, UserError
+from snip.jsonfile import flatten
 from snip.optim import Policy, WritebackConfig
 from snip.train.schedule import Shape
 
@@ -530,17 +531,6 @@ def coerce(key: str, value: Any, tp: type) -> Any:
 
 # ---------------------------------------------------------------------------------------------
 # Building a Config from flat overrides and TOML, and writing it back.
-
-
-def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"train": {"steps": 5}}`` -> ``{"train.steps": 5}``."""
-    out: dict[str, Any] = {}
-    for k, v in tree.items():
-        if isinstance(v, Mapping):
-            out.update(flatten(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
 
 
 def build(values: Mapping[str, Any], base: Config | None = None) -> Config:
