@@ -8,18 +8,18 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pause
+
 from snip.train import checkpoint, from_sources, train
 
 
 def test_sigkill_during_checkpoint_write(tiny: dict) -> None:
     argv = [a for k, v in {**tiny, "train.ckpt_every": 4}.items() for a in (f"--{k}", str(v))]
-    env = {**os.environ, checkpoint.PAUSE_ENV: "8:120"}
-    proc = subprocess.Popen([sys.executable, "-c", "import sys; from snip.cli import main; "
-                             "sys.exit(main(sys.argv[1:]))", "train", *argv],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    proc = subprocess.Popen([sys.executable, "-c", pause.cli(8, 120), "train", *argv],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         for line in proc.stdout:
-            if "pausing inside checkpoint write of step 8" in line:
+            if pause.PAUSED.format(8) in line:
                 break
         else:
             raise AssertionError(f"never reached the pause (rc={proc.wait()})")

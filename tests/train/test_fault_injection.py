@@ -22,6 +22,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import pause
 import pytest
 import torch.multiprocessing as mp
 
@@ -115,12 +116,11 @@ def test_sigkill_between_the_renames_of_a_resave_is_recovered(tmp_path: Path) ->
 def test_a_second_writer_is_refused_with_the_holders_pid(tiny: dict,
                                                          capsys: pytest.CaptureFixture) -> None:
     run = Path(tiny["run.dir"]) / "tiny"
-    env = {**os.environ, checkpoint.PAUSE_ENV: "12:60"}
-    proc = subprocess.Popen([sys.executable, "-c", CLI, "train", *_argv(tiny)], env=env,
+    proc = subprocess.Popen([sys.executable, "-c", pause.cli(12, 60), "train", *_argv(tiny)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         for line in proc.stdout:
-            if "pausing inside checkpoint write of step 12" in line:
+            if pause.PAUSED.format(12) in line:
                 break
         else:
             raise AssertionError(f"never reached the pause (rc={proc.wait()})")
@@ -237,9 +237,12 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def _rank(rank: int, port: int, settings: dict, at: int, action: str) -> None:
+def _rank(rank: int, port: int, settings: dict, at: int, action: str,
+          pause_at: tuple[int, float] | None = None) -> None:
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2",
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    if pause_at is not None:
+        pause.install(*pause_at)
     from snip.train.metrics import MetricsLog
 
     real = MetricsLog.log
@@ -257,9 +260,10 @@ def _rank(rank: int, port: int, settings: dict, at: int, action: str) -> None:
     sys.exit(130 if result.interrupted else 0)  # as `snip train` exits
 
 
-def _spawn(settings: dict, at: int, action: str) -> BaseException | None:
-    ctx = mp.start_processes(_rank, args=(_port(), settings, at, action), nprocs=2, join=False,
-                             start_method="spawn")
+def _spawn(settings: dict, at: int, action: str,
+           pause_at: tuple[int, float] | None = None) -> BaseException | None:
+    ctx = mp.start_processes(_rank, args=(_port(), settings, at, action, pause_at), nprocs=2,
+                             join=False, start_method="spawn")
     deadline = time.monotonic() + 120  # a test that can fail, not hang: kill stuck ranks
     try:
         while not ctx.join(timeout=1, grace_period=2):
@@ -274,12 +278,8 @@ def _spawn(settings: dict, at: int, action: str) -> BaseException | None:
 
 @pytest.mark.slow
 def test_sigterm_on_one_rank_saves_and_all_ranks_exit_together(tiny: dict) -> None:
-    env = {checkpoint.PAUSE_ENV: "3:3"}  # rank 0's save of step 3 is slow
-    os.environ.update(env)
-    try:
-        err = _spawn({**tiny, "precision.preset": "fp32"}, 3, "sigterm")
-    finally:
-        os.environ.pop(checkpoint.PAUSE_ENV)
+    # rank 0's save of step 3 is slow
+    err = _spawn({**tiny, "precision.preset": "fp32"}, 3, "sigterm", pause_at=(3, 3.0))
     assert isinstance(err, mp.ProcessExitedException) and err.exit_code == 130, err
     root = Path(tiny["run.dir"]) / "tiny" / "checkpoints"
     assert [p.name for p in root.iterdir()] == ["step_000003"]  # complete, no .tmp- left

@@ -54,7 +54,6 @@ import json
 import os
 import random
 import shutil
-import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,7 +72,6 @@ PREFIX = "step_"
 SHARDED = "sharded"  # the torch.distributed.checkpoint directory of a sharded checkpoint
 # Test hook: "STEP:SECONDS" sleeps inside the write of checkpoint STEP (after the weights are
 # written, before the rename), so a test can kill the process exactly there.
-PAUSE_ENV = "SNIP_CHECKPOINT_PAUSE"
 TOKENIZER_FILE = "tokenizer.json"
 
 
@@ -196,13 +194,6 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
-def _maybe_pause(step: int) -> None:
-    spec = os.environ.get(PAUSE_ENV, "")
-    if spec and int(spec.split(":")[0]) == step:
-        print(f"[{PAUSE_ENV}] pausing inside checkpoint write of step {step}", flush=True)
-        time.sleep(float(spec.split(":")[1]))
-
-
 def save(root: Path, step: int, *, model: nn.Module, optimizer: torch.optim.Optimizer,
          plan: dict[str, Any], config_toml: str, meta: Meta,
          tokenizer: dict[str, Any] | None = None, controller: dict[str, Any] | None = None,
@@ -251,7 +242,6 @@ def _write(tmp: Path, step: int, *, model: nn.Module, optimizer: torch.optim.Opt
     """Every file of a checkpoint into ``tmp``, meta.json (the manifest) last, all fsynced."""
     tmp.mkdir()
     save_model(model, str(tmp / "model.safetensors"))
-    _maybe_pause(step)
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
     torch.save(capture_rng(), tmp / "rng.pt")
     if controller is not None:
@@ -320,7 +310,6 @@ def save_sharded(root: Path, step: int, *, rank: int, model: nn.Module,
         if rank == 0:
             save_file({k: v.contiguous().clone() for k, v in full.items()},  # tied: 2 copies
                       str(tmp / "model.safetensors"))
-            _maybe_pause(step)
             torch.save(capture_rng(), tmp / "rng.pt")
             if controller is not None:
                 torch.save(controller, tmp / "controller.pt")
