@@ -1,4 +1,4 @@
-"""convert / unconvert / disabled / apply_specs on Llama-style models (ours and Hugging Face)."""
+"""convert / unconvert / disabled / plan.apply on Llama-style models (ours and Hugging Face)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from snip.nn import (
+    GEMM_NAMES,
     GemmSpecs,
     QLinear,
-    apply_specs,
     convert,
     disabled,
     layer_seed,
@@ -21,6 +21,7 @@ from snip.nn import (
     saved_activation_bytes,
     unconvert,
 )
+from snip.plan import PrecisionPlan
 
 D, V = 32, 64
 
@@ -150,14 +151,21 @@ def test_disabled_is_fp32_and_restores_even_on_error():
     assert [m.enabled for _, m in qlinear_layers(model)] == flags
 
 
-def test_apply_specs_keeps_parameters_and_optimizer_state():
+def _plan(layers: dict[str, str]) -> PrecisionPlan:
+    """fp8_e4m3 everywhere but ``layers`` (name -> preset)."""
+    return PrecisionPlan.from_dict({
+        "version": 1, "default": dict.fromkeys(GEMM_NAMES, "fp8_e4m3"),
+        "layers": {n: dict.fromkeys(GEMM_NAMES, p) for n, p in layers.items()}})
+
+
+def test_plan_apply_keeps_parameters_and_optimizer_state():
     model = convert(TinyLM(), "fp8_e4m3")
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     _loss(model, _tokens()).backward()
     opt.step()
     snapshot = {n: p.detach().clone() for n, p in model.named_parameters()}
     state = {id(p): {k: v.clone() for k, v in opt.state[p].items()} for p in model.parameters()}
-    apply_specs(model, {"layers.0.mlp.w1": GemmSpecs.uniform("nvfp4"), "layers.1.attn.wo": "mxfp4"})
+    _plan({"layers.0.mlp.w1": "nvfp4", "layers.1.attn.wo": "mxfp4"}).apply(model)
     specs = {n: str(m.specs) for n, m in qlinear_layers(model)}
     assert specs["layers.0.mlp.w1"] == "nvfp4" and specs["layers.1.attn.wo"] == "mxfp4"
     assert specs["layers.0.attn.wq"] == "fp8_e4m3"
@@ -168,11 +176,10 @@ def test_apply_specs_keeps_parameters_and_optimizer_state():
     opt.step()
 
 
-def test_apply_specs_unknown_name_changes_nothing():
+def test_plan_apply_unknown_name_changes_nothing():
     model = convert(TinyLM(), "fp8_e4m3")
-    with pytest.raises(ValueError, match="'output'.*'layers.0.attn.wz'"):
-        apply_specs(model, {"layers.0.attn.wq": "nvfp4", "output": "nvfp4",
-                            "layers.0.attn.wz": "nvfp4"})
+    with pytest.raises(ValueError, match="layers.0.attn.wz"):
+        _plan({"layers.0.attn.wq": "nvfp4", "layers.0.attn.wz": "nvfp4"}).apply(model)
     assert all(str(m.specs) == "fp8_e4m3" for _, m in qlinear_layers(model))
 
 

@@ -104,10 +104,6 @@ class ElementFormat:
     def has_inf(self) -> bool:
         return self.kind is Kind.FLOAT and self.special is Special.IEEE
 
-    @property
-    def has_nan(self) -> bool:
-        return self.kind is Kind.FLOAT and self.special is not Special.NONE
-
     def __str__(self) -> str:
         return self.name
 

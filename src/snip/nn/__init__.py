@@ -5,7 +5,6 @@ from snip.nn.convert import (
     DEFAULT_SKIP_NAMES,
     Conversion,
     ResolvesToSpecs,
-    apply_specs,
     convert,
     disabled,
     is_linear_like,
@@ -32,7 +31,7 @@ __all__ = [
     "DEFAULT_SKIP_NAMES", "GEMM_NAMES", "Accum", "Conversion", "Gemm", "GemmConfig", "GemmImpl",
     "GemmSpecs", "fp8_gemm_supported", "native_sqnr",
     "QConv1D", "QLinear", "is_conv1d", "is_linear_like",
-    "QuantizedLinearFn", "ResolvesToSpecs", "SaveMode", "SavedBytes", "apply_specs",
+    "QuantizedLinearFn", "ResolvesToSpecs", "SaveMode", "SavedBytes",
     "as_gemm_specs", "convert", "disabled", "layer_seed", "operand_seed", "qlinear_layers",
     "quantized_linear", "saved_activation_bytes", "unconvert", "weight_reusable",
 ]

@@ -26,8 +26,9 @@ reads directly, so a wrapper would never run).
 Each layer's stochastic-rounding seed is ``zlib.crc32(name)``: stable across processes and runs
 (Python's ``hash`` of a string is salted per process).
 
-Between steps, :func:`apply_specs` changes the formats of already converted layers (what the
-adaptive-precision controller does); :func:`disabled` runs a block with every ``QLinear`` as a
+Between steps, ``PrecisionPlan.apply`` (:mod:`snip.plan`, one layer up) changes the formats of
+already converted layers through ``QLinear.set_specs`` (what the adaptive-precision controller
+does); :func:`disabled` runs a block with every ``QLinear`` as a
 plain fp32 ``F.linear`` (reference runs, sensitivity baselines); :func:`unconvert` undoes it all
 (a converted ``Conv1D`` becomes a ``Conv1D`` again).
 """
@@ -286,17 +287,6 @@ def unconvert(model: nn.Module) -> nn.Module:
     for name, module in qlinear_layers(model):
         _set_submodule(model, name, module.to_linear())
     return model
-
-
-def apply_specs(model: nn.Module, mapping: Mapping[str, GemmSpecs | QuantSpec | str]) -> None:
-    """Set the formats of converted layers by name; Parameters and optimizer state untouched.
-
-    Every name must be a ``QLinear`` of ``model`` (checked before anything changes).
-    """
-    specs = {n: as_gemm_specs(s) for n, s in mapping.items()}
-    _check_names(model, specs, allow_linear=False)
-    for name, s in specs.items():
-        model.get_submodule(name).set_specs(s)
 
 
 @contextmanager
