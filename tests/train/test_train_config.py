@@ -56,10 +56,11 @@ def test_flags_override_file_which_overrides_defaults(tmp_path: Path) -> None:
 
 def test_precision_resolution() -> None:
     cfg = C.from_sources(overrides={})
-    assert cfg.precision.mode == "adaptive"
+    assert cfg.precision.mode is C.PrecisionMode.ADAPTIVE
     assert cfg.precision.preset == C.DEFAULT_PRESET
     # naming a preset means "use exactly this", whatever the default mode
-    assert C.from_sources(overrides={"precision.preset": "mxfp4"}).precision.mode == "fixed"
+    fixed = C.from_sources(overrides={"precision.preset": "mxfp4"})
+    assert fixed.precision.mode is C.PrecisionMode.FIXED
     with pytest.raises(ValueError, match="either precision.preset or precision.plan"):
         C.from_sources(overrides={"precision.preset": "mxfp4", "precision.plan": "p.json"})
 

@@ -33,7 +33,7 @@ def _train_events(run_dir: Path) -> list[dict]:
 def test_section_mirrors_snip_optim() -> None:
     assert C.WRITEBACK_POLICIES[1:] == tuple(p.value for p in Policy)
     assert C.WritebackSection().tile_size == DEFAULT_TILE_SIZE
-    assert C.WritebackSection().policy == "none"
+    assert C.WritebackSection().policy is C.WritebackPolicy.NONE
 
 
 @pytest.mark.parametrize("values, match", [

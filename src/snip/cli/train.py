@@ -51,7 +51,7 @@ def add_config_options(parser: argparse.ArgumentParser, sections: tuple[str, ...
     """A ``--section.key`` flag for every config option (only those of ``sections``, or only
     the dotted ``keys``, if given), with its help, its default and, for an enumerated value,
     its choices; grouped by section in ``--help``. `config_overrides` reads them back."""
-    from snip.train.config import leaves
+    from snip.train.config import NAMES, leaves, plain
 
     groups: dict[str, argparse._ArgumentGroup] = {}
     for leaf in leaves():
@@ -61,12 +61,14 @@ def add_config_options(parser: argparse.ArgumentParser, sections: tuple[str, ...
         group = section if "." in leaf.key else "general"  # top-level keys such as seed
         if group not in groups:
             groups[group] = parser.add_argument_group(f"{group} options")
-        kind = "BOOL" if leaf.type is bool else leaf.type.__name__.upper()
+        kind = "BOOL" if leaf.type is bool else "NAME,NAME" if leaf.type == NAMES \
+            else leaf.type.__name__.upper()
         choices = leaf.choices
         if choices:
             kind = "{" + ",".join(choices) + "}"
-        default = f"{leaf.default!r}" if leaf.type is str else str(leaf.default).lower() \
-            if leaf.type is bool else str(leaf.default)
+        value = plain(leaf.default)
+        default = (repr(value) if leaf.type is str else str(value).lower() if leaf.type is bool
+                   else repr(",".join(value)) if leaf.type == NAMES else str(value))
         groups[group].add_argument(
             f"--{leaf.key}", dest=f"{_PREFIX}{leaf.key}", default=argparse.SUPPRESS,
             metavar=kind, nargs="?" if leaf.type is bool else None,

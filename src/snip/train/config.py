@@ -24,6 +24,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
+import enum
+import functools
 import math
 import os
 import re
@@ -38,7 +40,9 @@ from typing import Any
 from snip import atomic
 from snip.errors import MissingFileError, UserError
 from snip.jsonfile import flatten
+from snip.nn.native import GemmImpl
 from snip.optim import Policy, WritebackConfig
+from snip.train.distributed import MixedPrecision, Strategy
 from snip.train.schedule import Shape
 
 # The fixed plan used when no planner is installed (and the starting plan of adaptive runs).
@@ -80,8 +84,18 @@ def _terms() -> tuple[str, ...]:
     return tuple(t.value for t in Terms)
 
 
-# values of precision.candidates given as a TOML list (["bf16", "mxfp4"]) are joined with ","
-LIST_KEYS = ("precision.candidates",)
+class PrecisionMode(enum.Enum):
+    """``precision.mode``: one plan for the whole run, or SNIP re-planning during it."""
+
+    FIXED = "fixed"
+    ADAPTIVE = "adaptive"
+
+
+# ``writeback.policy``: "none" (plain fp32 weights, nothing wrapped) or a snip.optim.Policy.
+WritebackPolicy = enum.Enum("WritebackPolicy",
+                            {"NONE": "none", **{p.name: p.value for p in Policy}})
+WRITEBACK_POLICIES = tuple(p.value for p in WritebackPolicy)
+NAMES = tuple[str, ...]  # a list option: a TOML array, or NAME,NAME on the command line
 
 
 def _positive(key: str, value: float) -> None:
@@ -92,6 +106,24 @@ def _positive(key: str, value: float) -> None:
 def _non_negative(key: str, value: float) -> None:
     if isinstance(value, bool) or not value >= 0:
         raise UserError(f"{key} must be >= 0, got {value!r}")
+
+
+def _is_enum(tp: Any) -> bool:
+    return isinstance(tp, type) and issubclass(tp, enum.Enum)
+
+
+@functools.cache
+def _typed_fields(cls: type) -> tuple[tuple[str, Any], ...]:
+    hints = typing.get_type_hints(cls)
+    return tuple((f.name, hints[f.name]) for f in dataclasses.fields(cls)
+                 if _is_enum(hints[f.name]) or hints[f.name] == NAMES)
+
+
+def _typed(section: Any, prefix: str) -> None:
+    """Turn a section's enum and list fields given as strings (``PrecisionSection(mode=
+    "fixed")``, as library callers may) into their types, with the config's one message."""
+    for name, tp in _typed_fields(type(section)):
+        object.__setattr__(section, name, coerce(f"{prefix}.{name}", getattr(section, name), tp))
 
 
 def _choice(key: str, value: str, choices: tuple[str, ...]) -> None:
@@ -163,9 +195,9 @@ class TrainSection:
     seq_len: int = opt(128, "tokens per sequence")
     grad_accum: int = opt(1, "micro-steps per optimizer step (gradient accumulation)")
     lr: float = opt(3e-3, "peak learning rate")
-    schedule: str = opt("cosine", "learning-rate decay after the warm-up: cosine, linear, "
-                                  "constant or wsd (stable, then linear decay over the last 20%)",
-                        choices=lambda: tuple(s.value for s in Shape))
+    schedule: Shape = opt(Shape.COSINE, "learning-rate decay after the warm-up: cosine, "
+                                        "linear, constant or wsd (stable, then linear decay "
+                                        "over the last 20%)")
     min_lr_ratio: float = opt(0.1, "final learning rate as a fraction of lr (decay floor)")
     warmup_steps: int = opt(20, "linear warm-up steps")
     weight_decay: float = opt(0.1, "AdamW decoupled decay on matrices (not norms, embeddings, "
@@ -190,6 +222,7 @@ class TrainSection:
                              "activations, emulation) exceeds the memory free on the device")
 
     def __post_init__(self) -> None:
+        _typed(self, "train")
         for name in ("steps", "batch_size", "seq_len", "grad_accum", "eval_every",
                      "eval_batches", "ckpt_every", "keep_checkpoints", "lr"):
             _positive(f"train.{name}", getattr(self, name))
@@ -199,7 +232,6 @@ class TrainSection:
         if self.threads > MAX_THREADS:
             raise UserError(f"train.threads must be <= {MAX_THREADS}, got {self.threads} (0: "
                             "half the cores)")
-        _choice("train.schedule", self.schedule, tuple(s.value for s in Shape))
         if self.min_lr_ratio > 1:
             raise UserError(f"train.min_lr_ratio must be <= 1, got {self.min_lr_ratio}")
         for name in ("beta1", "beta2"):
@@ -215,9 +247,9 @@ class TrainSection:
 
 @dataclass(frozen=True, kw_only=True)
 class PrecisionSection:
-    mode: str = opt("adaptive", "'fixed' (one plan for the whole run) or 'adaptive' (SNIP: "
-                    "warm up in precision.preset, then re-plan every precision.every steps)",
-                    choices=("fixed", "adaptive"))
+    mode: PrecisionMode = opt(PrecisionMode.ADAPTIVE, "'fixed' (one plan for the whole run) or "
+                              "'adaptive' (SNIP: warm up in precision.preset, then re-plan "
+                              "every precision.every steps)")
     preset: str = opt("", f"apply this preset to every GEMM (empty: {DEFAULT_PRESET} unless "
                           "precision.plan is given)")
     plan: str = opt("", "precision plan JSON file (per layer, per GEMM)")
@@ -232,8 +264,9 @@ class PrecisionSection:
                       choices=_methods)
     per_gemm: bool = opt(False, "adaptive: choose the format of each GEMM (fprop, dgrad, wgrad) "
                                 "separately instead of one per layer")
-    candidates: str = opt("", "adaptive: comma-separated candidate presets, high precision "
-                              "first (empty: fp8_e4m3_tile128,fp4_e2m1_tile128)")
+    candidates: NAMES = opt((), "adaptive: the candidate presets, high precision first (a "
+                                "TOML list, or comma-separated; empty: "
+                                "fp8_e4m3_tile128,fp4_e2m1_tile128)")
     calib_batches: int = opt(1, "adaptive: calibration batches per statistics cycle (fresh "
                                 "ones every cycle)")
     calib_rows: int = opt(2, "adaptive: sequences used from each calibration batch (0: all)")
@@ -248,13 +281,14 @@ class PrecisionSection:
     normalization: str = opt("nats", "adaptive: the objective's scale: nats (one common scale, "
                                      "the default) or sum (the paper's 1:1 of separately "
                                      "normalised loss and weight terms) or relative")
-    gemm: str = opt("emulated", "how the FP8 GEMMs run: emulated (fp32 GEMM on the dequantized "
-                                "operands, any device) or native (torch._scaled_mm on the FP8 "
-                                "codes; emulated with one warning where unsupported); kept "
-                                "across re-plans", choices=("emulated", "native"))
+    gemm: GemmImpl = opt(GemmImpl.EMULATED, "how the FP8 GEMMs run: emulated (fp32 GEMM on the "
+                                            "dequantized operands, any device) or native "
+                                            "(torch._scaled_mm on the FP8 codes; emulated with "
+                                            "one warning where unsupported); kept across "
+                                            "re-plans")
 
     def __post_init__(self) -> None:
-        _choice("precision.mode", self.mode, ("fixed", "adaptive"))
+        _typed(self, "precision")
         if self.preset and self.plan:
             raise UserError("give either precision.preset or precision.plan, not both")
         if self.preset:
@@ -272,7 +306,6 @@ class PrecisionSection:
         if not 0 <= self.ema_decay < 1:
             raise UserError(f"precision.ema_decay must be in [0, 1), got {self.ema_decay!r}")
         _choice("precision.terms", self.terms, ("both", "loss", "weight"))
-        _choice("precision.gemm", self.gemm, ("emulated", "native"))
         _non_negative("precision.plan_seed", self.plan_seed)
         _non_negative("precision.keep_top", self.keep_top)
         _choice("precision.normalization", self.normalization, ("nats", "sum", "relative"))
@@ -289,16 +322,11 @@ class PrecisionSection:
         if self.candidates:
             from snip.formats import get_spec
 
-            for name in self.candidate_list:
+            for name in self.candidates:
                 try:
                     get_spec(name)
                 except (KeyError, ValueError) as e:
                     raise UserError(f"precision.candidates: {e}") from None
-
-    @property
-    def candidate_list(self) -> tuple[str, ...]:
-        """The candidates as a tuple (empty: the planner's default)."""
-        return tuple(c.strip() for c in self.candidates.split(",") if c.strip())
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -335,14 +363,15 @@ class RunSection:
 class DistSection:
     """Multi-process training (``torchrun``); a world of one ignores all but the checks."""
 
-    strategy: str = opt("ddp", "data parallelism when launched with torchrun: 'ddp' "
-                               "(DistributedDataParallel: a full replica per rank) or 'fsdp' "
-                               "(FSDP2 fully_shard per transformer block: parameters, gradients "
-                               "and optimizer state sharded; sharded checkpoints)",
-                        choices=("ddp", "fsdp"))
-    mixed_precision: str = opt("none", "fsdp: compute dtype of the gathered parameters, 'none' "
-                                       "(as stored) or 'bf16' (gradients reduced in fp32)",
-                               choices=("none", "bf16"))
+    strategy: Strategy = opt(Strategy.DDP, "data parallelism when launched with torchrun: "
+                                           "'ddp' (DistributedDataParallel: a full replica per "
+                                           "rank) or 'fsdp' (FSDP2 fully_shard per transformer "
+                                           "block: parameters, gradients and optimizer state "
+                                           "sharded; sharded checkpoints)")
+    mixed_precision: MixedPrecision = opt(MixedPrecision.NONE, "fsdp: compute dtype of the "
+                                                               "gathered parameters, 'none' (as "
+                                                               "stored) or 'bf16' (gradients "
+                                                               "reduced in fp32)")
     cpu_offload: bool = opt(False, "fsdp: keep parameter shards, gradients and optimizer state "
                                    "in CPU memory (CUDA runs; slower, less GPU memory)")
     timeout: float = opt(300.0, "seconds a rank waits in a collective (gradient all-reduce, "
@@ -351,8 +380,7 @@ class DistSection:
                                 "time rank 0 needs to save a checkpoint")
 
     def __post_init__(self) -> None:
-        _choice("dist.strategy", self.strategy, ("ddp", "fsdp"))
-        _choice("dist.mixed_precision", self.mixed_precision, ("none", "bf16"))
+        _typed(self, "dist")
         _positive("dist.timeout", self.timeout)
 
 
@@ -366,10 +394,6 @@ class LogSection:
         _positive("log.every", self.every)
 
 
-# The trainer's write-back policies: "none" (plain fp32 weights) and those of snip.optim.Policy.
-WRITEBACK_POLICIES = ("none", *(p.value for p in Policy))
-
-
 @dataclass(frozen=True, kw_only=True)
 class WritebackSection:
     """Safe weight write-back (snip.optim): store the 2-D linear weights on a low-precision grid.
@@ -377,12 +401,13 @@ class WritebackSection:
     Mirrors ``snip.optim.WritebackConfig``; the stochastic-rounding generator is seeded from
     ``seed``. Empty strings mean "not set" (TOML has no null)."""
 
-    policy: str = opt("none", "weight write-back after each optimizer step: 'none' (plain fp32 "
-                              "weights), or store the 2-D linear weights on the writeback.format "
-                              "grid with 'rne', 'stochastic' (unbiased rounding), 'master' (fp32 "
-                              "master copy), 'selective_master' (fp32 masters on the tiles of "
-                              "writeback.mask) or 'eco' (error feedback into Adam's momentum)",
-                      choices=WRITEBACK_POLICIES)
+    policy: WritebackPolicy = opt(WritebackPolicy.NONE,
+                                  "weight write-back after each optimizer step: 'none' (plain "
+                                  "fp32 weights), or store the 2-D linear weights on the "
+                                  "writeback.format grid with 'rne', 'stochastic' (unbiased "
+                                  "rounding), 'master' (fp32 master copy), 'selective_master' "
+                                  "(fp32 masters on the tiles of writeback.mask) or 'eco' (error "
+                                  "feedback into Adam's momentum)")
     format: str = opt("e4m3", "storage grid of the managed weights: an element (e4m3, e5m2, "
                               "e2m1, bf16, any eXmY; scale 1) or a preset such as fp8_e4m3 "
                               "(block-scaled)")
@@ -397,8 +422,8 @@ class WritebackSection:
                                 "fp32 states")
 
     def __post_init__(self) -> None:
-        _choice("writeback.policy", self.policy, WRITEBACK_POLICIES)
-        if self.policy == "none":
+        _typed(self, "writeback")
+        if self.policy is WritebackPolicy.NONE:
             # Nothing is wrapped; reject the settings that would be silently ignored.
             if self.state_format:
                 raise UserError("writeback.state_format needs a writeback.policy other than "
@@ -415,8 +440,9 @@ class WritebackSection:
     def to_config(self, **extra: Any) -> WritebackConfig:
         """The library config of this section ("" means unset). Policy 'none' wraps nothing, so
         it maps to 'rne' here only to check its (unused) format and tile_size."""
-        on = self.policy != "none"
-        return WritebackConfig(policy=self.policy if on else Policy.RNE.value, format=self.format,
+        on = self.policy is not WritebackPolicy.NONE
+        return WritebackConfig(policy=Policy(self.policy.value) if on else Policy.RNE,
+                               format=self.format,
                                mask=(self.mask or None) if on else None, tile_size=self.tile_size,
                                state_format=(self.state_format or None) if on else None,
                                eco_rounding=self.eco_rounding, **extra)
@@ -456,6 +482,8 @@ class Leaf:
 
     @property
     def choices(self) -> tuple[str, ...]:
+        if _is_enum(self.type):
+            return tuple(m.value for m in self.type)
         c = self.raw_choices
         return tuple(c() if callable(c) else c)
 
@@ -489,8 +517,20 @@ def unknown_key_error(key: str, where: str) -> UserError:
     return UserError(f"unknown {where} {key!r}{hint}")
 
 
-def coerce(key: str, value: Any, tp: type) -> Any:
+def coerce(key: str, value: Any, tp: Any) -> Any:
     """Convert a TOML or command-line value to the field's type, or raise naming the key."""
+    if _is_enum(tp):
+        if isinstance(value, tp):
+            return value
+        with contextlib.suppress(ValueError, TypeError):
+            return tp(value)
+        raise UserError(f"{key} must be one of {', '.join(m.value for m in tp)}; got {value!r}")
+    if tp == NAMES:
+        if isinstance(value, str):
+            return tuple(v.strip() for v in value.split(",") if v.strip())
+        if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+            return tuple(v.strip() for v in value if v.strip())
+        raise UserError(f"{key} expects a list of names (or NAME,NAME), got {value!r}")
     if tp is bool:
         if isinstance(value, bool):
             return value
@@ -523,9 +563,6 @@ def coerce(key: str, value: Any, tp: type) -> Any:
             return number
     elif tp is str and isinstance(value, str):
         return value
-    elif tp is str and key in LIST_KEYS and isinstance(value, list) and all(
-            isinstance(v, str) for v in value):
-        return ",".join(value)
     raise UserError(f"{key} expects {tp.__name__}, got {value!r}")
 
 
@@ -597,7 +634,7 @@ def resolve(config: Config, explicit: set[str] = frozenset()) -> Config:
     p = config.precision
     mode = p.mode
     if (p.preset or p.plan) and "precision.mode" not in explicit:
-        mode = "fixed"  # naming a preset or a plan file means "use exactly this"
+        mode = PrecisionMode.FIXED  # naming a preset or a plan file means "use exactly this"
     preset = p.preset or ("" if p.plan else DEFAULT_PRESET)
     precision = dataclasses.replace(p, mode=mode, preset=preset)
     run = config.run
@@ -607,6 +644,9 @@ def resolve(config: Config, explicit: set[str] = frozenset()) -> Config:
 
 
 def _toml_value(v: Any) -> str:
+    v = plain(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, int):
@@ -646,7 +686,19 @@ def to_toml(config: Config, history: list[dict[str, Any]] | None = None) -> str:
 
 
 def to_dict(config: Config) -> dict[str, Any]:
-    return dataclasses.asdict(config)
+    """The config as plain data (enums as their values, lists as lists): JSON-ready."""
+    return plain(dataclasses.asdict(config))
+
+
+def plain(v: Any) -> Any:
+    """An option's value as plain data: an enum's value, a list for a tuple."""
+    if isinstance(v, enum.Enum):
+        return v.value
+    if isinstance(v, list | tuple):
+        return [plain(x) for x in v]
+    if isinstance(v, dict):
+        return {k: plain(x) for k, x in v.items()}
+    return v
 
 
 def write_toml(config: Config, path: str | Path,

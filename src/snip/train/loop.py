@@ -73,7 +73,7 @@ from snip.train.metrics import (
 )
 from snip.train.precision import explicit, initial_plan, make_controller
 from snip.train.runstate import make_optimizer
-from snip.train.schedule import Schedule, Shape
+from snip.train.schedule import Schedule
 
 CALIBRATION_KEY = 10**12  # data "step" of the controller's calibration batches
 
@@ -134,7 +134,7 @@ class Hook:
 def schedule_of(t: C.TrainSection) -> Schedule:
     """The learning-rate schedule of a run that starts at step 0."""
     return Schedule(lr=t.lr, steps=t.steps, warmup_steps=t.warmup_steps,
-                    min_lr_ratio=t.min_lr_ratio, shape=Shape(t.schedule))
+                    min_lr_ratio=t.min_lr_ratio, shape=t.schedule)
 
 
 def pick_device(name: str) -> torch.device:
@@ -235,7 +235,7 @@ class Trainer:
         t = cfg.train
         self.cfg, self.hooks = cfg, list(hooks)
         self.device = pick_device(t.device)
-        self.strategy = distributed.Strategy(cfg.dist.strategy)
+        self.strategy = cfg.dist.strategy
         self.dist = distributed.from_env(self.strategy)
         layout = runstate.layout(self.dist, self.strategy)
         _check_batch_split(t, self.dist)  # before joining: every rank fails alike, at once
@@ -661,7 +661,7 @@ def _schedule(t: C.TrainSection, ckpt: checkpoint.Checkpoint | None) -> Schedule
     if saved is None:
         return base
     anchored = Schedule(lr=t.lr, steps=saved["steps"], warmup_steps=t.warmup_steps,
-                        min_lr_ratio=t.min_lr_ratio, shape=Shape(t.schedule),
+                        min_lr_ratio=t.min_lr_ratio, shape=t.schedule,
                         anchor_step=saved["anchor_step"], anchor_progress=saved["anchor_progress"])
     return anchored.continued(ckpt.step, t.steps)
 

@@ -23,7 +23,7 @@ from torch import nn
 from snip.nn.native import GemmImpl
 from snip.plan import PrecisionPlan, fp4_flop_fraction
 from snip.sensitivity.loss import BatchFn
-from snip.train.config import PrecisionSection
+from snip.train.config import PrecisionMode, PrecisionSection
 
 
 @runtime_checkable
@@ -58,7 +58,7 @@ def initial_plan(cfg: PrecisionSection) -> PrecisionPlan:
     """The plan a run starts with: the plan file if given, else the preset; ``precision.gemm =
     "native"`` overrides the file's ``gemm`` key (the file's key stands otherwise)."""
     plan = PrecisionPlan.from_json(cfg.plan) if cfg.plan else PrecisionPlan.uniform(cfg.preset)
-    return replace(plan, gemm=cfg.gemm) if cfg.gemm != "emulated" else plan
+    return replace(plan, gemm=cfg.gemm) if cfg.gemm is not GemmImpl.EMULATED else plan
 
 
 def make_controller(cfg: PrecisionSection, out_dir: Path, is_main: bool, seed: int = 0,
@@ -71,7 +71,7 @@ def make_controller(cfg: PrecisionSection, out_dir: Path, is_main: bool, seed: i
     ``precision.every``. ``step_tokens``: tokens per optimizer step (all micro-batches and
     ranks), the scale of the weight divergence of one update. ``gemm``: how the run's GEMMs
     run (its starting plan's), which every plan the controller returns keeps."""
-    if cfg.mode != "adaptive":
+    if cfg.mode is not PrecisionMode.ADAPTIVE:
         return None
     from snip.planner import DEFAULT_CANDIDATES, Controller  # here: the planner pulls in scipy
 
@@ -79,7 +79,7 @@ def make_controller(cfg: PrecisionSection, out_dir: Path, is_main: bool, seed: i
     return Controller(budget=cfg.budget, every=cfg.every, out_dir=out_dir if is_main else None,
                       seed=seed, plan_seed=cfg.plan_seed, warmup=max(1, start + warmup),
                       method=cfg.method,
-                      per_gemm=cfg.per_gemm, candidates=cfg.candidate_list or DEFAULT_CANDIDATES,
+                      per_gemm=cfg.per_gemm, candidates=cfg.candidates or DEFAULT_CANDIDATES,
                       calib_batches=cfg.calib_batches, calib_rows=cfg.calib_rows or None,
                       ema_decay=cfg.ema_decay, terms=cfg.terms, step_tokens=step_tokens,
                       top=cfg.keep_top, normalization=cfg.normalization, gemm=gemm)

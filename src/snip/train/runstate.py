@@ -126,8 +126,7 @@ class RunState:
 def _wrap(cfg: C.Config, model: nn.Module, dist: distributed.DistInfo) -> nn.Module:
     """`distributed.wrap` with the run's strategy and FSDP settings."""
     return distributed.wrap(
-        model, dist, distributed.Strategy(cfg.dist.strategy),
-        mixed_precision=distributed.MixedPrecision(cfg.dist.mixed_precision),
+        model, dist, cfg.dist.strategy, mixed_precision=cfg.dist.mixed_precision,
         cpu_offload=cfg.dist.cpu_offload)
 
 
@@ -179,8 +178,8 @@ class Sharded(RunState):
 
     @classmethod
     def check(cls, cfg: C.Config) -> None:
-        if cfg.writeback.policy == "eco" or cfg.writeback.state_format:
-            what = ("writeback.policy=eco" if cfg.writeback.policy == "eco"
+        if cfg.writeback.policy is C.WritebackPolicy.ECO or cfg.writeback.state_format:
+            what = ("writeback.policy=eco" if cfg.writeback.policy is C.WritebackPolicy.ECO
                     else "writeback.state_format")
             raise UserError(f"{what} is not supported with dist.strategy=fsdp (it needs AdamW's "
                             "state of the whole weight); use dist.strategy ddp")
@@ -198,13 +197,13 @@ class Sharded(RunState):
         engine = _wrap(cfg, model, dist)  # shards in place: the optimizer comes after
         optimizer = make_optimizer(model, cfg.train)
         writeback = None
-        if cfg.writeback.policy != "none":  # policies on whole tensors (`snip.optim.shard`)
+        if cfg.writeback.policy is not C.WritebackPolicy.NONE:  # whole tensors
             from snip.optim.shard import build_sharded
 
             config = cfg.writeback.to_config(seed=cfg.seed, record_every=0)
             writeback = wb.Writeback(wb=build_sharded(model, optimizer, config, dist.rank,
                                                       dist.world_size),
-                                     policy=cfg.writeback.policy)
+                                     policy=cfg.writeback.policy.value)
         if ckpt is not None:
             if whole_optim is None:  # weights too: DCP reshards to this run's layout
                 checkpoint.load_state(ckpt.path, model, optimizer)

@@ -78,10 +78,10 @@ def attach(section: C.WritebackSection, model: nn.Module, optimizer: torch.optim
     Writes the eligible weights onto the grid; loads the mask and rejects one made for another
     model or tile size (``ValueError``).  Every rank uses the same seed, so stochastic rounding
     keeps the ranks' weights identical."""
-    if section.policy == "none":
+    if section.policy is C.WritebackPolicy.NONE:
         return None
     cfg = section.to_config(seed=seed, record_every=0)
-    return Writeback(wb=cfg.build(model, optimizer), policy=section.policy)
+    return Writeback(wb=cfg.build(model, optimizer), policy=section.policy.value)
 
 
 def restore(writeback: Writeback | None, optimizer: torch.optim.Optimizer,
