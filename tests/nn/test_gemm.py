@@ -8,8 +8,9 @@ import torch.nn.functional as F
 
 from snip.formats import PRESETS, get_spec, quantize
 from snip.nn import GemmConfig, GemmSpecs, SavedBytes, SaveMode, quantized_linear, weight_reusable
-from snip.nn.gemm import Accum, matmul
+from snip.nn.gemm import matmul
 from snip.nn.native import sqnr_db
+from snip.nn.specs import Accum
 
 T, K, N = 64, 256, 128  # tokens, in_features, out_features
 

@@ -14,18 +14,16 @@ from snip.nn.convert import (
 )
 from snip.nn.diagnostics import native_sqnr
 from snip.nn.gemm import (
-    Accum,
     GemmConfig,
     QuantizedLinearFn,
     SavedBytes,
-    SaveMode,
     operand_seed,
     quantized_linear,
     weight_reusable,
 )
-from snip.nn.native import GemmImpl, fp8_gemm_supported
+from snip.nn.native import fp8_gemm_supported
 from snip.nn.qlinear import QLinear, as_gemm_specs, saved_activation_bytes
-from snip.nn.specs import GEMM_NAMES, Gemm, GemmSpecs
+from snip.nn.specs import GEMM_NAMES, Accum, Gemm, GemmImpl, GemmSpecs, SaveMode
 
 __all__ = [
     "DEFAULT_SKIP_NAMES", "GEMM_NAMES", "Accum", "Conversion", "Gemm", "GemmConfig", "GemmImpl",

@@ -23,9 +23,8 @@ import torch
 from torch import nn
 
 from snip.formats import QuantSpec
-from snip.nn.gemm import Accum, SaveMode
 from snip.nn.qlinear import QLinear
-from snip.nn.specs import GemmSpecs
+from snip.nn.specs import Accum, GemmSpecs, SaveMode
 
 
 def is_conv1d(module: nn.Module) -> bool:

@@ -49,9 +49,8 @@ from torch import nn
 from snip.errors import UserError
 from snip.formats import QuantSpec
 from snip.nn.conv1d import QConv1D, is_conv1d
-from snip.nn.gemm import Accum, SaveMode
 from snip.nn.qlinear import QLinear, as_gemm_specs
-from snip.nn.specs import GemmSpecs
+from snip.nn.specs import Accum, GemmSpecs, SaveMode, as_accum, as_save_mode
 
 FilterFn = Callable[[nn.Module, str], bool]
 DEFAULT_SKIP_NAMES = ("output", "lm_head")
@@ -224,7 +223,7 @@ def convert(model: nn.Module, plan_or_preset: PlanOrPreset, *,
     """
     lookup = _resolve(model, plan_or_preset)
     gemm = gemm if gemm is not None else getattr(plan_or_preset, "gemm", None)
-    save, accum = SaveMode(save), Accum(accum)
+    save, accum = as_save_mode(save), as_accum(accum)
     todo: list[tuple[str, nn.Module, GemmSpecs]] = []
     skipped: list[Skipped] = []
     for name, module in model.named_modules():

@@ -10,8 +10,9 @@ from __future__ import annotations
 import torch
 
 from snip.nn.gemm import GemmConfig, quantized_linear
-from snip.nn.native import GemmImpl, sqnr_db
+from snip.nn.native import sqnr_db
 from snip.nn.qlinear import as_gemm_specs
+from snip.nn.specs import GemmImpl
 
 
 def native_sqnr(x: torch.Tensor, weight: torch.Tensor, specs, *, grad: torch.Tensor | None = None,

@@ -77,8 +77,6 @@ from snip.formats import QTensor, QuantSpec, Rounding, ScaleFormat, Scaling, enc
 from snip.formats.scaling import RowShard
 from snip.nn.native import (
     Fp8Operand,
-    GemmImpl,
-    as_gemm_impl,
     axis_free,
     fp8_from_qtensor,
     fp8_operand,
@@ -88,23 +86,16 @@ from snip.nn.native import (
     shapes_ok,
     transposed,
 )
-from snip.nn.specs import Gemm, GemmSpecs
-
-
-class SaveMode(enum.Enum):
-    """What the forward pass keeps for backward."""
-
-    HP = "hp"            # high-precision X and W; re-quantized in backward
-    ENCODED = "encoded"  # packed QTensors in the backward GEMMs' formats
-
-
-class Accum(enum.Enum):
-    """Precision of the GEMM itself (the operands are already on their format's grid)."""
-
-    FP32 = "fp32"
-    BF16 = "bf16"
-    AUTO = "auto"  # BF16 where bf16 GEMMs are native (bf16_gemm_native), else FP32
-
+from snip.nn.specs import (
+    Accum,
+    Gemm,
+    GemmImpl,
+    GemmSpecs,
+    SaveMode,
+    as_accum,
+    as_gemm_impl,
+    as_save_mode,
+)
 
 _BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 
@@ -164,8 +155,8 @@ class GemmConfig:
     tokens: RowShard | None = None  # these tokens' place in a larger batch (SR counters)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "save", SaveMode(self.save))
-        object.__setattr__(self, "accum", Accum(self.accum))
+        object.__setattr__(self, "save", as_save_mode(self.save))
+        object.__setattr__(self, "accum", as_accum(self.accum))
         object.__setattr__(self, "gemm", as_gemm_impl(self.gemm))
 
     def at_step(self, step: int) -> GemmConfig:

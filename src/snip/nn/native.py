@@ -31,7 +31,6 @@ error when ``strict``.
 
 from __future__ import annotations
 
-import enum
 import functools
 import os
 import warnings
@@ -39,23 +38,12 @@ from dataclasses import dataclass
 
 import torch
 
-from snip.errors import UserError, parse_enum
+from snip.errors import UserError
 from snip.formats import QTensor, QuantSpec, Rounding, ScaleFormat, Scaling
 from snip.formats.quantize import grid_values
 from snip.formats.scaling import RowShard
 
 _FP8 = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
-
-
-class GemmImpl(enum.Enum):
-    """How a QLinear runs its quantized GEMMs."""
-
-    EMULATED = "emulated"  # fake-quantized fp32 operands, torch matmul: the reference
-    NATIVE = "native"      # FP8 codes and scales through torch._scaled_mm where possible
-
-
-def as_gemm_impl(value: GemmImpl | str) -> GemmImpl:
-    return parse_enum(GemmImpl, value, "gemm implementation")
 
 
 def native_spec(spec: QuantSpec) -> bool:

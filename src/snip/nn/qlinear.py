@@ -24,9 +24,8 @@ from torch import nn
 
 from snip.formats import QuantSpec
 from snip.formats.scaling import RowShard
-from snip.nn.gemm import Accum, GemmConfig, SavedBytes, SaveMode, autocast_dtype, quantized_linear
-from snip.nn.native import GemmImpl, as_gemm_impl
-from snip.nn.specs import GemmSpecs
+from snip.nn.gemm import GemmConfig, SavedBytes, autocast_dtype, quantized_linear
+from snip.nn.specs import Accum, GemmImpl, GemmSpecs, SaveMode, as_accum, as_gemm_impl, as_save_mode
 
 
 def as_gemm_specs(specs: GemmSpecs | QuantSpec | str) -> GemmSpecs:
@@ -50,8 +49,8 @@ class QLinear(nn.Linear):
         self.seed = int(seed)
         self.step = 0
         self.tokens: RowShard | None = None  # this forward's tokens in a larger batch (SR)
-        self.save = SaveMode(save)
-        self.accum = Accum(accum)
+        self.save = as_save_mode(save)
+        self.accum = as_accum(accum)
         self.enabled = True
         self._saved = SavedBytes()
         self.gemm = GemmImpl.EMULATED  # set_gemm: "native" runs FP8 GEMMs via torch._scaled_mm

@@ -51,8 +51,7 @@ from snip import atomic, jsonfile
 from snip.errors import UserError
 from snip.formats import PRESETS, QuantSpec, get_spec
 from snip.nn import qlinear_layers
-from snip.nn.native import GemmImpl, as_gemm_impl
-from snip.nn.specs import GEMM_NAMES, Gemm, GemmSpecs
+from snip.nn.specs import GEMM_NAMES, Gemm, GemmImpl, GemmSpecs, as_gemm_impl
 from snip.plan import cost
 from snip.plan.profiles import ThroughputProfile
 

@@ -57,7 +57,7 @@ import torch
 from torch import nn
 
 from snip.errors import UserError
-from snip.nn.native import GemmImpl, as_gemm_impl
+from snip.nn.specs import GemmImpl, as_gemm_impl
 from snip.plan import PrecisionPlan
 from snip.planner.baselines import Method
 from snip.planner.oracle import Damage, measure_damage

@@ -40,7 +40,7 @@ from typing import Any
 from snip import atomic
 from snip.errors import MissingFileError, UserError
 from snip.jsonfile import flatten
-from snip.nn.native import GemmImpl
+from snip.nn.specs import GemmImpl
 from snip.optim import Policy, WritebackConfig
 from snip.train.distributed import MixedPrecision, Strategy
 from snip.train.schedule import Shape

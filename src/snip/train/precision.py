@@ -20,7 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from torch import nn
 
-from snip.nn.native import GemmImpl
+from snip.nn.specs import GemmImpl
 from snip.plan import PrecisionPlan, fp4_flop_fraction
 from snip.sensitivity.loss import BatchFn
 from snip.train.config import PrecisionMode, PrecisionSection
