@@ -3,7 +3,6 @@
 from snip.nn.conv1d import QConv1D, is_conv1d
 from snip.nn.convert import (
     DEFAULT_SKIP_NAMES,
-    Conversion,
     ResolvesToSpecs,
     convert,
     disabled,
@@ -15,9 +14,7 @@ from snip.nn.convert import (
 from snip.nn.diagnostics import native_sqnr
 from snip.nn.gemm import (
     GemmConfig,
-    QuantizedLinearFn,
     SavedBytes,
-    operand_seed,
     quantized_linear,
     weight_reusable,
 )
@@ -26,10 +23,10 @@ from snip.nn.qlinear import QLinear, as_gemm_specs, saved_activation_bytes
 from snip.nn.specs import GEMM_NAMES, Accum, Gemm, GemmImpl, GemmSpecs, SaveMode
 
 __all__ = [
-    "DEFAULT_SKIP_NAMES", "GEMM_NAMES", "Accum", "Conversion", "Gemm", "GemmConfig", "GemmImpl",
+    "DEFAULT_SKIP_NAMES", "GEMM_NAMES", "Accum", "Gemm", "GemmConfig", "GemmImpl",
     "GemmSpecs", "fp8_gemm_supported", "native_sqnr",
     "QConv1D", "QLinear", "is_conv1d", "is_linear_like",
-    "QuantizedLinearFn", "ResolvesToSpecs", "SaveMode", "SavedBytes",
-    "as_gemm_specs", "convert", "disabled", "layer_seed", "operand_seed", "qlinear_layers",
+    "ResolvesToSpecs", "SaveMode", "SavedBytes",
+    "as_gemm_specs", "convert", "disabled", "layer_seed", "qlinear_layers",
     "quantized_linear", "saved_activation_bytes", "unconvert", "weight_reusable",
 ]

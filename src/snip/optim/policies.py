@@ -12,7 +12,7 @@ Each optimizer step proposes an increment ``d`` for a stored weight ``q`` (for A
   coordinate.
 * ``eco``: store ``Q_rne(q + d)`` and feed the lost error ``e`` back into Adam's first moment.
 
-ECO (Nikdan et al., arXiv 2601.22101), Adam form as in ``reftrace_paper.md`` section 5.3:
+ECO (Nikdan et al., arXiv 2601.22101), in its Adam form:
 after the normal Adam(W) step gives ``theta~``, store ``theta^ = Q(theta~)`` with error
 ``e = theta~ - theta^`` and correct the first moment
 
@@ -170,7 +170,7 @@ def _adam_state(ctx: StepContext, p: torch.Tensor) -> _AdamState:
 
 
 class ECOPolicy(WritebackPolicy):
-    """Error feedback into Adam's first moment (ECO-Adam, reftrace_paper.md section 5.3).
+    """Error feedback into Adam's first moment (ECO-Adam, Nikdan et al., arXiv 2601.22101).
 
     ``rounding``: how the quantizer inside ECO rounds the optimizer's result before the error
     ``x - Q(x)`` is fed back. The ECO paper's headline configuration rounds *stochastically*
