@@ -73,7 +73,17 @@ from dataclasses import dataclass, field
 import torch
 
 from snip.errors import UserError
-from snip.formats import QTensor, QuantSpec, Rounding, ScaleFormat, Scaling, encode, fast, quantize
+from snip.formats import (
+    Kind,
+    QTensor,
+    QuantSpec,
+    Rounding,
+    ScaleFormat,
+    Scaling,
+    encode,
+    fast,
+    quantize,
+)
 from snip.formats.scaling import RowShard
 from snip.nn.native import (
     Fp8Operand,
@@ -128,7 +138,7 @@ def bf16_exact(spec: QuantSpec) -> bool:
     e = spec.element
     if spec.scaling is Scaling.NONE:
         return e.name == "bf16"
-    significant = (e.int_max.bit_length() if e.kind.value == "int" else e.mbits + 1)
+    significant = e.int_max.bit_length() if e.kind is Kind.INT else e.mbits + 1
     pow2 = spec.scale_format is ScaleFormat.E8M0 or (
         spec.scale_format is ScaleFormat.FP32 and spec.pow2_scales)
     return significant <= 8 and pow2 and not spec.hadamard
