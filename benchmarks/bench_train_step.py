@@ -12,6 +12,13 @@ round.  Both clocks are kept: wall time, and this process's CPU time (``time.pro
 which at 1 thread is the load-insensitive figure on a shared machine (at 2 threads it includes
 OpenMP spin-waits).
 
+``snip_adaptive`` is SNIP as ``snip train`` runs it by default (``precision.mode adaptive``,
+the trainer's controller with every default: candidates fp8_e4m3_tile128 / fp4_e2m1_tile128,
+budget 0.75, a statistics cycle every ``precision.every`` = 100 steps): its rounds time a step in
+the mixed plan of its first cycle, and after the rounds a few cycles (statistics + solve + apply)
+are timed on their own; ``amortized_vs_fp32`` = (median step + median cycle / every) / median
+fp32 step, the cost of an average step over one re-plan period.
+
 Models: ``tiny-deep`` (dim 64, 6 blocks, 1024 tokens per step), ``small`` (dim 128, 4 blocks,
 4096 tokens) and ``w256`` (dim 256, 8 blocks, ffn 704, 4096 tokens; built through
 :class:`snip.models.ModelConfig`).  ``--compile`` adds, per model, ``torch.compile``-d arms (the
@@ -42,6 +49,8 @@ import torch
 
 from snip.models import ModelConfig, build_model, get_config
 from snip.nn import convert
+from snip.train.config import DEFAULT_PRESET, PrecisionSection
+from snip.train.precision import make_controller
 
 try:
     from benchmarks._util import cpu_info
@@ -94,6 +103,49 @@ class Arm:
         return time.perf_counter() - t0, time.process_time() - c0
 
 
+class AdaptiveArm(Arm):
+    """SNIP's default adaptive run: the starting preset, then the controller's plans."""
+
+    CYCLES = 3  # statistics cycles timed after the rounds
+
+    def __init__(self, model_name: str, batch: tuple[torch.Tensor, torch.Tensor]) -> None:
+        super().__init__(model_name, DEFAULT_PRESET, batch)
+        b, t = batch[0].shape
+        self.ctl = make_controller(PrecisionSection(), Path("."), is_main=False,
+                                   step_tokens=b * t)
+        assert self.ctl is not None
+        self.every, self.due = self.ctl.every, self.ctl.warmup
+        self.step()  # AdamW state for the statistics
+        self.cycle()  # the rounds train in the first plan's mix of FP8 and FP4
+
+    def _batch(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        g = torch.Generator().manual_seed(10**6 + i)
+        tok = torch.randint(self.model.config.vocab_size, (self.tokens.shape[0],
+                                                           self.tokens.shape[1] + 1), generator=g)
+        return tok[:, :-1].contiguous(), tok[:, 1:].contiguous()
+
+    def cycle(self) -> tuple[float, float]:
+        """One re-plan at the next due step: statistics, solve, apply; (wall s, CPU s)."""
+        t0, c0 = time.perf_counter(), time.process_time()
+        plan = self.ctl.on_step_end(self.due, self.model, self.opt, self._batch)
+        assert plan is not None
+        plan.apply(self.model)
+        self.due += self.every
+        return time.perf_counter() - t0, time.process_time() - c0
+
+
+def adaptive_summary(arm: AdaptiveArm, rows: dict, base: str = "fp32") -> dict:
+    """The cycle's cost and the step averaged over one re-plan period, from medians."""
+    cycles = [arm.cycle() for _ in range(arm.CYCLES)]
+    wall = statistics.median(c[0] for c in cycles)
+    step, fp32 = rows["snip_adaptive"]["ms"] / 1e3, rows[base]["ms"] / 1e3
+    return {"every": arm.every, "cycle_ms": wall * 1e3,
+            "cycle_step_equivalents": wall / step,
+            "amortized_vs_" + base: (step + wall / arm.every) / fp32,
+            "fp4_flop_fraction": arm.ctl.history[-1].fp4_flop_fraction,
+            "cycle_ms_each": [c[0] * 1e3 for c in cycles]}
+
+
 def _ratio(ts: list[float], base: list[float]) -> float:
     return statistics.median(t / b for t, b in zip(ts, base, strict=True))
 
@@ -129,9 +181,11 @@ def batch_for(model_name: str) -> tuple[torch.Tensor, torch.Tensor]:
 def bench_model(name: str, rounds: int, warmup: int, presets: list[str]) -> dict:
     batch = batch_for(name)
     arms = {a: Arm(name, a, batch) for a in ["fp32", "bf16_autocast", "snip_fp32", *presets]}
+    arms["snip_adaptive"] = adaptive = AdaptiveArm(name, batch)
     res = interleaved(arms, rounds, warmup)
     b, t = SHAPES[name]
-    return {"tokens_per_step": b * t, "batch": b, "seq": t, "arms": res}
+    return {"tokens_per_step": b * t, "batch": b, "seq": t, "arms": res,
+            "adaptive": adaptive_summary(adaptive, res)}
 
 
 def bench_compiled(name: str, rounds: int, warmup: int) -> dict:
@@ -196,6 +250,11 @@ def main() -> None:
             run["models"][name] = bench_model(name, rounds, warmup, args.presets)
             print_table(f"{name} ({run['models'][name]['tokens_per_step']} tokens/step), "
                         f"{threads} thread(s)", run["models"][name]["arms"])
+            ad = run["models"][name]["adaptive"]
+            print(f"  snip_adaptive: a cycle {ad['cycle_ms']:.0f} ms = "
+                  f"{ad['cycle_step_equivalents']:.1f} steps, every {ad['every']}: "
+                  f"{ad['amortized_vs_fp32']:.2f}x fp32 averaged over a period "
+                  f"(FP4 FLOPs {ad['fp4_flop_fraction']:.2f})", flush=True)
             if args.compile:
                 run["compiled"][name] = bench_compiled(name, rounds, warmup)
                 print_table(f"{name} compiled, {threads} thread(s)",
