@@ -26,7 +26,8 @@ For a long study (`benchmarks/prereg/snip_study.md`): ``--bases-only --shard i/n
 n-th base (run n of them side by side), ``--hypotheses FILE`` declares the pre-registered
 hypotheses, and ``--collect DEST`` copies the small JSON of every branch (result, plans,
 sensitivity tables, damage maps, controller log, config) and the sweep's own files to DEST, so
-the committed results can be audited without the checkpoints.
+the committed results can be audited without the checkpoints; ``--restore SRC`` copies them back
+into OUT on a fresh machine, so that the study resumes after its finished branches.
 """
 
 from __future__ import annotations
@@ -119,6 +120,28 @@ def collect(sweep_dir: Path, dest: Path, bases: tuple[Path, ...] = ()) -> int:
     return len(copies)
 
 
+def restore(src: Path, sweep_dir: Path) -> int:
+    """The inverse of :func:`collect` for resuming on a fresh machine: copy the sweep
+    definition and every collected branch from ``src`` into ``sweep_dir``, unpacking ``.gz``,
+    so that ``snip compare --resume`` skips the finished branches. The bases are not restored
+    (no checkpoints are collected; the study's runner retrains them). A file already in
+    ``sweep_dir`` is never overwritten. Returns the number of files written."""
+    written = 0
+    for f in sorted(src.rglob("*")):
+        rel = f.relative_to(src)
+        if not f.is_file() or rel.parts[0] == "bases" or (
+                len(rel.parts) == 1 and rel.name not in ("sweep.json", "hypotheses.json")):
+            continue
+        packed = f.suffix == ".gz"
+        target = sweep_dir / (rel.with_suffix("") if packed else rel)
+        if target.exists():
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(gzip.decompress(f.read_bytes()) if packed else f.read_bytes())
+        written += 1
+    return written
+
+
 def arms(args: argparse.Namespace) -> list[str]:
     if args.arm:
         return list(args.arm)
@@ -172,12 +195,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--bases-only", action="store_true", help="train the bases, then stop")
     p.add_argument("--shard", default="0/1", metavar="I/N",
                    help="with --bases-only: train every N-th base from the I-th")
+    p.add_argument("--restore", default="", metavar="SRC",
+                   help="copy a --collect'ed sweep back into OUT to resume it (no training)")
     p.add_argument("--collect", default="", metavar="DEST",
                    help="copy the sweep's small JSON to DEST (no training)")
     args = p.parse_args(argv)
     if args.n_seeds:
         args.seeds = list(range(args.n_seeds))
     sweep_dir = Path(args.out) / (args.name or f"compare_{'_'.join(args.budgets)}")
+    if args.restore:
+        print(f"restored {restore(Path(args.restore), sweep_dir)} files into {sweep_dir}")
+        return 0
     if args.collect:
         bases = tuple(base_checkpoints(args, (0, 0)))
         print(f"copied {collect(sweep_dir, Path(args.collect), bases)} files to {args.collect}")

@@ -1,4 +1,5 @@
-"""benchmarks/snip_compare.py: an interrupted base resumes; --collect keeps the small JSON."""
+"""benchmarks/snip_compare.py: an interrupted base resumes; --collect keeps the small JSON and
+--restore puts it back."""
 
 from __future__ import annotations
 
@@ -87,3 +88,32 @@ def test_collect_keeps_the_statistics_only_of_a_finished_sweep(tmp_path: Path) -
     (branches[-1] / "result.json").write_text("{}")
     script.collect(sweep, tmp_path / "all")
     assert (tmp_path / "all" / "compare.md").read_text() == "statistics"
+
+
+def test_restore_undoes_collect_without_bases_or_overwrites(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    branch = sweep / "runs" / "b0_o0" / "bf16"
+    files = {"result.json": "{\"r\": 1}", "plans/step_5.json": "{\"p\": 1}",
+             "sensitivity/step_5.json": "{\"t\": 1}", "config.toml": "a = 1\n",
+             "metrics.jsonl": "{\"loss\": 2}\n"}
+    for rel, text in files.items():
+        (branch / rel).parent.mkdir(parents=True, exist_ok=True)
+        (branch / rel).write_text(text)
+    definition = json.dumps(Sweep(bases=("b",), arms=tuple(parse_arms(["bf16"])), steps=1,
+                                  out=str(sweep)).to_dict())
+    (sweep / "sweep.json").write_text(definition)
+    base = tmp_path / "bases" / "s0"
+    (base / "checkpoints" / "step_000005").mkdir(parents=True)
+    (base / "metrics.jsonl").write_text("{}\n")
+    (base / "config.toml").write_text("b = 2\n")
+    dest = tmp_path / "dest"
+    script.collect(sweep, dest, (base / "checkpoints" / "step_000005",))
+    fresh = tmp_path / "fresh"
+    (fresh / "runs" / "b0_o0" / "bf16").mkdir(parents=True)
+    (fresh / "runs" / "b0_o0" / "bf16" / "result.json").write_text("mine")
+    assert script.restore(dest, fresh) == len(files)  # every file but the one already there
+    got = {str(p.relative_to(fresh / "runs" / "b0_o0" / "bf16")): p.read_text()
+           for p in (fresh / "runs" / "b0_o0" / "bf16").rglob("*") if p.is_file()}
+    assert got == {**files, "result.json": "mine"}  # unpacked, and nothing overwritten
+    assert (fresh / "sweep.json").read_text() == definition
+    assert not (fresh / "bases").exists()  # bases are retrained, not restored
