@@ -18,6 +18,7 @@ transformers = pytest.importorskip("transformers")
 
 from snip.cli import main  # noqa: E402
 from snip.data import BPETokenizer, ByteTokenizer  # noqa: E402
+from snip.errors import UserError  # noqa: E402
 from snip.train import checkpoint, from_sources, train  # noqa: E402
 
 TEXT = "def main(argv):\n    return sorted(set(argv), key=len)  # héllo ✓\n"
@@ -146,6 +147,25 @@ def test_init_from_hf_refuses_what_does_not_convert(tmp_path: Path, capsys) -> N
     assert "model_type 'qwen2' cannot be converted" in capsys.readouterr().err
     assert main(["train", "--init-from-hf", str(tmp_path / "nothing")]) == 2
     assert "not a Hugging Face model directory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("override", [{"dist.strategy": "fsdp"},
+                                      {"writeback.policy": "stochastic"}])
+def test_init_from_hf_refuses_what_it_does_not_support_yet(tmp_path: Path,
+                                                           override: dict) -> None:
+    from snip.integrations.pretrained import init_from_hf
+    from snip.models.hf import tiny_hf_model
+    from snip.train.config import WritebackPolicy
+    from snip.train.distributed import Strategy
+
+    tiny_hf_model("llama").save_pretrained(tmp_path / "hf")
+    (key, text), = override.items()
+    typed = Strategy(text) if key == "dist.strategy" else WritebackPolicy(text)
+    for value in (text, typed):  # a command-line string or a typed override
+        with pytest.raises(UserError, match="--init-from-hf does not support"):
+            init_from_hf(tmp_path / "hf", {key: value})
+    assert init_from_hf(tmp_path / "hf", {"dist.strategy": "ddp",
+                                          "writeback.policy": "none"})[0]["dist.strategy"] == "ddp"
 
 
 # -- SnipCallback -------------------------------------------------------------------------------

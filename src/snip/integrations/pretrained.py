@@ -24,6 +24,8 @@ from typing import Any
 
 from snip.errors import UserError
 from snip.models.hf import HF_PREFIX, hf_dir_config, load_hf_dir
+from snip.train.config import WritebackPolicy
+from snip.train.distributed import Strategy
 from snip.train.loop import Hook, Trainer
 
 
@@ -54,8 +56,9 @@ def init_from_hf(path: str | Path, overrides: Mapping[str, Any]) -> tuple[dict[s
     name = values.setdefault("model.name", HF_PREFIX + str(path.resolve()))
     if name != HF_PREFIX + str(path.resolve()):
         raise UserError(f"--init-from-hf sets the model (hf:{path}); drop --model.name {name}")
-    if values.get("dist.strategy") == "fsdp":
+    if values.get("dist.strategy") in (Strategy.FSDP, Strategy.FSDP.value):
         raise UserError("--init-from-hf does not support --dist.strategy fsdp yet; use ddp")
-    if values.get("writeback.policy", "none") != "none":
+    if values.get("writeback.policy", WritebackPolicy.NONE) not in (WritebackPolicy.NONE,
+                                                                     WritebackPolicy.NONE.value):
         raise UserError("--init-from-hf does not support a weight write-back policy yet")
     return values, HFWeights(path)

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from snip.report.runs import GEMMS, RunData, plan_formats, plan_layers
+from snip.train.config import PrecisionMode, WritebackPolicy
 
 PROFILES = ("hopper", "blackwell")
 _FAMILIES = {  # element bits -> colours for successive presets of that width
@@ -77,16 +78,17 @@ def precision_label(run: RunData) -> str:
     """``"bf16"``, ``"mxfp4"``, ``"SNIP 75% fp4_e2m1_tile128 / fp8_e4m3_tile128"``, ...; a
     write-back policy is appended (``"bf16, weights stochastic e4m3"``)."""
     wb = run.config.get("writeback", {})
-    policy = wb.get("policy", "none")
-    suffix = f", weights {policy} {wb.get('format', '')}".rstrip() if policy != "none" else ""
+    policy = wb.get("policy", WritebackPolicy.NONE.value)  # the written config holds values
+    suffix = (f", weights {policy} {wb.get('format', '')}".rstrip()
+              if policy != WritebackPolicy.NONE.value else "")
     return _gemm_label(run) + suffix
 
 
 def _gemm_label(run: RunData) -> str:
     prec = run.config.get("precision", {})
     formats = final_formats(run)
-    mode = prec.get("mode")
-    if mode == "adaptive":  # SNIP is the ILP planner; the other methods are its baselines
+    # SNIP is the ILP planner; the other methods are its baselines
+    if prec.get("mode") == PrecisionMode.ADAPTIVE.value:
         budget = prec.get("budget")
         share = f" {budget:.0%}" if isinstance(budget, int | float) else ""
         method = prec.get("method", "ilp")
