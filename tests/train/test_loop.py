@@ -19,7 +19,8 @@ import torch
 from snip.cli import main
 from snip.train import checkpoint, from_sources, make_optimizer, train
 from snip.train.config import TrainSection
-from snip.train.loop import NonFiniteError, schedule_of
+from snip.train.loop import NonFiniteError
+from snip.train.resume import schedule_of
 
 
 def _argv(overrides: dict[str, object]) -> list[str]:

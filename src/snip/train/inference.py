@@ -33,8 +33,9 @@ from snip.train import checkpoint
 from snip.train import config as C
 from snip.train.batches import Batches, open_data
 from snip.train.evaluation import EvalResult, autocast, evaluate
-from snip.train.loop import check_compatible, model_config, order_seed, pick_device
+from snip.train.loop import model_config, order_seed, pick_device
 from snip.train.precision import initial_plan
+from snip.train.resume import check_compatible
 
 
 @dataclass

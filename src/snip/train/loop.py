@@ -69,11 +69,16 @@ from snip.train.metrics import (
     Progress,
     check_tensorboard,
     kernels_compiled,
-    truncate_after,
 )
 from snip.train.precision import explicit, initial_plan, make_controller
+from snip.train.resume import (
+    check_compatible,
+    check_steps_left,
+    prepare_run_dir,
+    schedule_at,
+    settings_history,
+)
 from snip.train.runstate import make_optimizer
-from snip.train.schedule import Schedule
 
 CALIBRATION_KEY = 10**12  # data "step" of the controller's calibration batches
 
@@ -129,12 +134,6 @@ class Hook:
 
 # ---------------------------------------------------------------------------------------------
 # Small pieces.
-
-
-def schedule_of(t: C.TrainSection) -> Schedule:
-    """The learning-rate schedule of a run that starts at step 0."""
-    return Schedule(lr=t.lr, steps=t.steps, warmup_steps=t.warmup_steps,
-                    min_lr_ratio=t.min_lr_ratio, shape=t.schedule)
 
 
 def pick_device(name: str) -> torch.device:
@@ -260,8 +259,8 @@ class Trainer:
         if ckpt is not None:
             check_compatible(ckpt, model_cfg.to_dict(), self.data.tokenizer, flag)
             if resume is not None:  # (a Trainer branched only to inspect the state is fine)
-                _check_steps_left(ckpt.path, ckpt.step, t.steps, flag)
-        history = _history(cfg, saved, ckpt) if resume is not None else []
+                check_steps_left(ckpt.path, ckpt.step, t.steps, flag)
+        history = settings_history(cfg, saved, ckpt) if resume is not None else []
         layout.check_fits(cfg, model_cfg, self.device, self.dist)  # before the model is built
 
         torch.manual_seed(cfg.seed)  # identical init on every rank
@@ -279,7 +278,7 @@ class Trainer:
             cfg.precision, self.dir / "sensitivity", self.dist.is_main, cfg.seed,
             start=start if self.branched and not inherit else 0,
             step_tokens=t.batch_size * t.seq_len, gemm=self.plan.gemm)
-        self.schedule = _schedule(t, ckpt)
+        self.schedule = schedule_at(t, ckpt)
 
         self.step_count, self.skipped = 0, 0
         self.step_seconds: deque[float] = deque(maxlen=20)  # recent step times (for the cost
@@ -294,7 +293,7 @@ class Trainer:
         lock = rundir.lock(self.dir) if self.dist.is_main else None  # one writer per run dir
         with rundir.released_on_error(lock):
             if self.dist.is_main:
-                _prepare_run_dir(self.dir, cfg, ckpt if resume is not None else None, history)
+                prepare_run_dir(self.dir, cfg, ckpt if resume is not None else None, history)
             log_path = self.dir / "metrics.jsonl" if self.dist.is_main else None
             tb = self.dir / "tensorboard" if cfg.log.tensorboard and self.dist.is_main else None
             self.log = MetricsLog(log_path, tb, lock=lock)
@@ -592,7 +591,7 @@ def train(cfg: C.Config, resume: str | Path | None = None, init_from: str | Path
             step = int(json.loads((path / "meta.json").read_text())["step"])
         except (OSError, ValueError, KeyError, TypeError):
             step = -1  # damaged: the trainer names it
-        _check_steps_left(path, step, cfg.train.steps, "--init-from")
+        check_steps_left(path, step, cfg.train.steps, "--init-from")
     trainer = Trainer(cfg, resume=resume, init_from=init_from, hooks=hooks)
     try:
         return trainer.run(until)
@@ -608,104 +607,3 @@ def _check_batch_split(t: C.TrainSection, dist: distributed.DistInfo) -> None:
     if t.batch_size % (t.grad_accum * dist.world_size):
         raise UserError(f"train.batch_size={t.batch_size} must be divisible by train.grad_accum"
                         f" x world size = {t.grad_accum} x {dist.world_size}")
-
-
-def check_compatible(ckpt: checkpoint.Checkpoint, model: dict, tokenizer: str,
-                      flag: str) -> None:
-    saved = ckpt.meta.model
-    # max_seq_len only bounds the input length (RoPE has no position weights): not a shape.
-    diff = {k: (saved.get(k), v) for k, v in model.items()
-            if saved.get(k) != v and k != "max_seq_len"}
-    verb = "resume" if flag == "--resume" else "branch from"
-    if diff:
-        k, (old, new) = next(iter(diff.items()))
-        raise UserError(f"cannot {verb} {ckpt.path}: it holds a different model shape "
-                         f"({k}={old}, this config gives {new}); use the run's own "
-                         "model.name and data settings")
-    if ckpt.meta.tokenizer != tokenizer:
-        raise UserError(f"cannot {verb} {ckpt.path}: it was trained with tokenizer "
-                         f"{ckpt.meta.tokenizer!r}, this config uses {tokenizer!r}")
-
-
-def _check_steps_left(path: Path, step: int, steps: int, flag: str) -> None:
-    """A resume or branch of checkpoint ``path`` (at ``step``) must have steps left to train
-    to ``steps``: otherwise it would only print NaN."""
-    if step < steps:
-        return
-    if flag == "--resume":
-        run = C.run_dir_of(path)
-        if step == steps:
-            raise UserError(f"{run} is already at step {step} (train.steps {steps}): "
-                            f"nothing to train; pass --train.steps M (M > {step}) to "
-                            "train it further")
-        raise UserError(f"--train.steps {steps} is below the step of checkpoint {path} "
-                        f"({step}); pass --train.steps M (M > {step}), or resume an "
-                        "older checkpoint of the run")
-    raise UserError(f"--init-from {path}: the parent is at step {step} and "
-                    f"train.steps is {steps}, so the branch has nothing to train; train.steps "
-                    f"counts from step 0 of the parent: pass --train.steps M (M > {step})")
-
-
-def _history(cfg: C.Config, saved: C.Config, ckpt: checkpoint.Checkpoint) -> list[dict]:
-    """The run's settings history after resuming ``ckpt`` with ``cfg`` (refuses changes that
-    would make another run; see `config.resume_changes`)."""
-    history = C.read_history_text(ckpt.config_toml)
-    diff = C.resume_changes(saved, cfg, ckpt.path)
-    return history + ([{"step": ckpt.step, **diff}] if diff else [])
-
-
-def _schedule(t: C.TrainSection, ckpt: checkpoint.Checkpoint | None) -> Schedule:
-    """The schedule from the checkpoint's on, stretched to ``t.steps`` where that changed."""
-    base = schedule_of(t)
-    saved = ckpt.meta.schedule if ckpt is not None else None
-    if saved is None:
-        return base
-    anchored = Schedule(lr=t.lr, steps=saved["steps"], warmup_steps=t.warmup_steps,
-                        min_lr_ratio=t.min_lr_ratio, shape=t.schedule,
-                        anchor_step=saved["anchor_step"], anchor_progress=saved["anchor_progress"])
-    return anchored.continued(ckpt.step, t.steps)
-
-
-def _prepare_run_dir(run_dir: Path, cfg: C.Config, ckpt: checkpoint.Checkpoint | None,
-                     history: list[dict]) -> None:
-    if ckpt is None and checkpoint.list_checkpoints(run_dir / "checkpoints"):
-        raise UserError(f"run directory {run_dir} already holds checkpoints; continue it with "
-                        f"--resume {run_dir} or choose another --run.name")
-    if ckpt is None:  # a fresh run never overwrites files it did not write
-        found = sorted(p.name for p in run_dir.iterdir() if not p.name.startswith("."))
-        if found:
-            raise UserError(f"run directory {run_dir} is not empty (it holds "
-                            f"{', '.join(found[:3])}{', ...' if len(found) > 3 else ''}); "
-                            "choose another --run.name, or remove it")
-    else:
-        _retire_newer(run_dir, ckpt)
-    for sub in ("plans", "checkpoints", "sensitivity"):
-        (run_dir / sub).mkdir(parents=True, exist_ok=True)
-    C.write_toml(cfg, run_dir / "config.toml", history)
-    if ckpt is None:
-        (run_dir / "metrics.jsonl").unlink(missing_ok=True)
-        for old in (run_dir / "plans").glob("step_*.json"):
-            old.unlink()
-    else:  # the resumed run rewrites history after its checkpoint
-        truncate_after(run_dir / "metrics.jsonl", ckpt.step)
-        for old in (run_dir / "plans").glob("step_*.json"):
-            if int(old.stem.split("_")[1]) > ckpt.step:
-                old.unlink()
-
-
-def _retire_newer(run_dir: Path, ckpt: checkpoint.Checkpoint) -> None:
-    """Resuming an older checkpoint abandons the steps after it: its newer checkpoints move to
-    ``retired/<time>/`` (never deleted), so that a later plain ``--resume`` continues this
-    timeline, not the abandoned one."""
-    root = run_dir / "checkpoints"
-    newer = [p for p in checkpoint.list_checkpoints(root)
-             if int(p.name[len(checkpoint.PREFIX):]) > ckpt.step]
-    if not newer:
-        return
-    dest = run_dir / "retired" / time.strftime("%Y%m%d-%H%M%S")
-    dest.mkdir(parents=True, exist_ok=True)
-    for p in newer:
-        os.replace(p, dest / p.name)
-    print(f"snip train: resuming from step {ckpt.step}: moved the newer checkpoint(s) "
-          f"{', '.join(p.name for p in newer)} of the abandoned steps aside to {dest}",
-          file=sys.stderr)
