@@ -22,7 +22,8 @@ fp32 step, the cost of an average step over one re-plan period.
 Models: ``tiny-deep`` (dim 64, 6 blocks, 1024 tokens per step), ``small`` (dim 128, 4 blocks,
 4096 tokens) and ``w256`` (dim 256, 8 blocks, ffn 704, 4096 tokens; built through
 :class:`snip.models.ModelConfig`).  ``--compile`` adds, per model, ``torch.compile``-d arms (the
-fp32 baseline and some presets) against their eager selves.
+fp32 baseline and some presets) against their eager selves, with the graph breaks and graphs
+Dynamo counted while compiling the first step (each quantized layer call is one break).
 
 Each thread count (``--threads 1 2``) is a separate pass.  The CPU model and flags, the load
 average before and after, and every per-round time are written to
@@ -46,6 +47,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from torch._dynamo.utils import counters
 
 from snip.models import ModelConfig, build_model, get_config
 from snip.nn import convert
@@ -193,18 +195,24 @@ def bench_compiled(name: str, rounds: int, warmup: int) -> dict:
     batch = batch_for(name)
     arms: dict[str, Arm] = {}
     compile_s: dict[str, float] = {}
+    graphs: dict[str, dict[str, int]] = {}
     for a in COMPILED:
         arms[a] = Arm(name, a, batch)
         arms[a + "@compiled"] = Arm(name, a, batch, compiled=True)
+        torch._dynamo.reset()  # each arm compiles afresh: else it reuses the last arm's graphs
+        counters.clear()
         t0 = time.perf_counter()
         arms[a + "@compiled"].step()  # compiles forward and backward
         compile_s[a] = time.perf_counter() - t0
+        graphs[a] = {"graph_breaks": sum(counters["graph_break"].values()),
+                     "unique_graphs": counters["stats"]["unique_graphs"]}
     res = interleaved(arms, rounds, warmup)
     for a in COMPILED:
         c, e = res[a + "@compiled"], res[a]
         c["vs_eager"] = _ratio(c["wall_ms"], e["wall_ms"])
         c["cpu_vs_eager"] = _ratio(c["cpu_ms_rounds"], e["cpu_ms_rounds"])
         res[a + "@compiled"]["first_step_s"] = compile_s[a]
+        res[a + "@compiled"].update(graphs[a])
     return {"arms": res}
 
 
@@ -212,7 +220,8 @@ def print_table(title: str, rows: dict[str, dict]) -> None:
     print(f"\n{title}")
     print(f"  {'arm':22s} {'wall ms':>8s} {'/fp32':>6s} {'cpu ms':>8s} {'/fp32':>6s}")
     for arm, r in rows.items():
-        extra = (f"  vs eager: wall {r['vs_eager']:.2f}x cpu {r['cpu_vs_eager']:.2f}x"
+        extra = (f"  vs eager: wall {r['vs_eager']:.2f}x cpu {r['cpu_vs_eager']:.2f}x, "
+                 f"{r['graph_breaks']} graph breaks, {r['unique_graphs']} graphs"
                  if "vs_eager" in r else "")
         print(f"  {arm:22s} {r['ms']:8.1f} {r['vs_fp32']:6.2f} {r['cpu_ms']:8.1f} "
               f"{r['cpu_vs_fp32']:6.2f}{extra}", flush=True)
