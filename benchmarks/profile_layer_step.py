@@ -1,0 +1,200 @@
+"""Where a quantized layer's training step spends its time at the widths studies use (issue 21).
+
+``bench_train_step.py`` says *how much* a converted model's step costs against plain PyTorch;
+this script says *why*, one linear layer at a time.  For each layer shape of a model (the
+attention projection ``dim -> dim`` and the two FFN shapes ``dim -> ffn``, ``ffn -> dim``, at
+1024 tokens) and each preset it times, in one process with interleaved rounds and this
+process's CPU time (1 thread):
+
+- ``linear``: ``nn.Linear`` forward + backward (three fp32 GEMMs through autograd);
+- ``snip_fp32``: the same layer converted, every GEMM in fp32: snip's autograd Function with
+  nothing quantized, so ``snip_fp32 - linear`` is the **Function's own cost** (its Python, the
+  saved-tensor bookkeeping, the engine calling back into Python);
+- the preset's layer step, and every quantizer call that step makes, recorded by wrapping
+  :func:`snip.nn.gemm.quantize_operand` during one step and then timed alone on an operand of
+  the same shape, spec, axis and rounding: their sum is the **quantizers' cost**; the same calls
+  on a 32 x 32 operand give each call's **fixed cost** (argument checks, output allocation,
+  numpy views, the SR key, the kernel's launch), the rest is work proportional to the elements;
+- ``rest`` = step - snip_fp32 - quantizers: what remains (a bf16 product, cache effects), which
+  is noise-level when the other three explain the step.
+
+The overhead over ``linear`` is split into these parts in microseconds per layer step; the JSON
+keeps every round.  Figures are this machine's: its CPU flags and load are recorded.
+
+Usage::
+
+    PYTHONPATH=src python benchmarks/profile_layer_step.py            # ~2 minutes
+    PYTHONPATH=src python benchmarks/profile_layer_step.py --models tiny-deep --presets mxfp4
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch import nn
+
+import snip.nn.gemm as gemm
+from snip.formats import QuantSpec, Rounding
+from snip.models import get_config
+from snip.nn import QLinear
+
+try:
+    from benchmarks._util import cpu_info
+except ImportError:  # run as a script from the benchmarks directory
+    from _util import cpu_info
+
+PRESETS = ("bf16", "fp8_e4m3", "fp8_e4m3_tile128", "mxfp8_e4m3", "mxfp4", "nvfp4",
+           "fp4_e2m1_tile128", "fp4_e2m1_tensor")
+WIDTHS = {"tiny-deep": None, "small": None, "w256": (256, 704)}  # None: the named config's
+TOKENS = 1024
+SMALL = (32, 32)  # the operand that measures a call's fixed cost
+
+
+def layer_shapes(model: str) -> dict[str, tuple[int, int]]:
+    """(in_features, out_features) of a model's attention projection and its FFN layers."""
+    dims = WIDTHS[model]
+    if dims is None:
+        cfg = get_config(model)
+        dims = (cfg.dim, cfg.ffn_hidden)
+    dim, ffn = dims
+    return {"attn": (dim, dim), "ffn_up": (dim, ffn), "ffn_down": (ffn, dim)}
+
+
+class Call:
+    """One quantizer call a layer step made: its operand's shape and the arguments."""
+
+    def __init__(self, shape: tuple[int, ...], spec: QuantSpec, axis: int, rounding: Rounding,
+                 seed: int) -> None:
+        self.shape, self.spec, self.axis, self.rounding, self.seed = shape, spec, axis, rounding, seed
+
+    def runner(self, shape: tuple[int, ...] | None = None) -> Callable[[], object]:
+        x = torch.randn(*(shape or self.shape))
+        return lambda: gemm.quantize_operand(x, self.spec, self.axis, self.rounding, self.seed)
+
+    def describe(self) -> dict[str, object]:
+        return {"shape": list(self.shape), "spec": self.spec.name, "axis": self.axis,
+                "rounding": self.rounding.value}
+
+
+def recorded_calls(step: Callable[[], object]) -> list[Call]:
+    """The non-identity quantizer calls one run of ``step`` makes (the layer's own path)."""
+    calls: list[Call] = []
+    real = gemm.quantize_operand
+
+    def spy(x, spec, axis, rounding, seed, tokens=None):
+        if not spec.is_identity:
+            calls.append(Call(tuple(x.shape), spec, axis, rounding, seed))
+        return real(x, spec, axis, rounding, seed, tokens)
+
+    gemm.quantize_operand = spy
+    try:
+        step()
+    finally:
+        gemm.quantize_operand = real
+    return calls
+
+
+def layer_step(layer: nn.Module, x: torch.Tensor, dy: torch.Tensor) -> Callable[[], None]:
+    def run() -> None:
+        layer(x).backward(dy)
+    return run
+
+
+def cpu_us(fn: Callable[[], object], budget_s: float = 0.02) -> float:
+    """CPU microseconds per call: as many calls as fit in ``budget_s`` after a warm-up."""
+    for _ in range(3):
+        fn()
+    n, t0 = 0, time.process_time()
+    while (elapsed := time.process_time() - t0) < budget_s:
+        fn()
+        n += 1
+    return elapsed / n * 1e6
+
+
+def profile_shape(k: int, n: int, presets: list[str], rounds: int) -> dict[str, object]:
+    """Every arm of one layer shape, ``rounds`` interleaved rounds; medians and the split."""
+    torch.manual_seed(0)
+    x = torch.randn(TOKENS, k, requires_grad=True)
+    dy = torch.randn(TOKENS, n)
+    base = nn.Linear(k, n, bias=False)
+    arms: dict[str, Callable[[], object]] = {
+        "linear": layer_step(base, x, dy),
+        "snip_fp32": layer_step(QLinear.from_linear(base, "fp32"), x, dy)}
+    calls: dict[str, list[Call]] = {}
+    for p in presets:
+        arms[p] = layer_step(QLinear.from_linear(base, p), x, dy)
+        calls[p] = recorded_calls(arms[p])
+        for i, c in enumerate(calls[p]):
+            arms[f"{p}/call{i}"] = c.runner()
+            arms[f"{p}/call{i}/small"] = c.runner(SMALL)
+    times: dict[str, list[float]] = {a: [] for a in arms}
+    for _ in range(rounds):
+        for a, fn in arms.items():
+            times[a].append(cpu_us(fn))
+    med = {a: statistics.median(v) for a, v in times.items()}
+    out: dict[str, object] = {"linear_us": med["linear"], "snip_fp32_us": med["snip_fp32"],
+                              "rounds": times, "presets": {}}
+    function = med["snip_fp32"] - med["linear"]
+    for p in presets:
+        per_call = [med[f"{p}/call{i}"] for i in range(len(calls[p]))]
+        fixed = [med[f"{p}/call{i}/small"] for i in range(len(calls[p]))]
+        quant = sum(per_call)
+        out["presets"][p] = {
+            "step_us": med[p], "vs_linear": med[p] / med["linear"],
+            "overhead_us": med[p] - med["linear"], "function_us": function,
+            "quantizers_us": quant, "quantizer_fixed_us": sum(fixed),
+            "rest_us": med[p] - med["snip_fp32"] - quant,
+            "calls": [dict(c.describe(), us=u, small_us=f)
+                      for c, u, f in zip(calls[p], per_call, fixed)]}
+    return out
+
+
+def print_table(model: str, layer: str, shape: tuple[int, int], res: dict) -> None:
+    print(f"\n{model} {layer}: {TOKENS} tokens x {shape[0]} -> {shape[1]}, "
+          f"nn.Linear step {res['linear_us']:.0f} us, snip_fp32 {res['snip_fp32_us']:.0f} us")
+    print(f"{'preset':18s} {'vs linear':>9s} {'overhead':>9s} {'Function':>9s} "
+          f"{'quantizers':>11s} {'(fixed)':>8s} {'calls':>5s} {'rest':>7s}   us per layer step")
+    for p, r in res["presets"].items():
+        print(f"{p:18s} {r['vs_linear']:9.2f} {r['overhead_us']:9.0f} {r['function_us']:9.0f} "
+              f"{r['quantizers_us']:11.0f} {r['quantizer_fixed_us']:8.0f} "
+              f"{len(r['calls']):5d} {r['rest_us']:7.0f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", nargs="+", default=list(WIDTHS), choices=list(WIDTHS))
+    ap.add_argument("--presets", nargs="+", default=list(PRESETS))
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--out", type=Path,
+                    default=Path("benchmarks/results/issue21/profile_layer_step.json"))
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    run: dict[str, object] = {
+        "command": "benchmarks/profile_layer_step.py " + " ".join(
+            f"--{k} {' '.join(map(str, v)) if isinstance(v, list) else v}"
+            for k, v in vars(args).items() if k != "out"),
+        "cpu": cpu_info(), "torch": torch.__version__, "threads": 1, "tokens": TOKENS,
+        "clock": "process CPU time", "load_before": os.getloadavg(), "models": {}}
+    print(run["cpu"]["summary"], f"load {run['load_before'][0]:.1f}")
+    for model in args.models:
+        run["models"][model] = {}
+        for layer, shape in layer_shapes(model).items():
+            res = profile_shape(*shape, args.presets, args.rounds)
+            res["shape"] = list(shape)
+            run["models"][model][layer] = res
+            print_table(model, layer, shape, res)
+    run["load_after"] = os.getloadavg()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(run, indent=1) + "\n")
+    print(f"\nwrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
