@@ -35,6 +35,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -67,12 +68,15 @@ def layer_shapes(model: str) -> dict[str, tuple[int, int]]:
     return {"attn": (dim, dim), "ffn_up": (dim, ffn), "ffn_down": (ffn, dim)}
 
 
+@dataclass(frozen=True)
 class Call:
     """One quantizer call a layer step made: its operand's shape and the arguments."""
 
-    def __init__(self, shape: tuple[int, ...], spec: QuantSpec, axis: int, rounding: Rounding,
-                 seed: int) -> None:
-        self.shape, self.spec, self.axis, self.rounding, self.seed = shape, spec, axis, rounding, seed
+    shape: tuple[int, ...]
+    spec: QuantSpec
+    axis: int
+    rounding: Rounding
+    seed: int
 
     def runner(self, shape: tuple[int, ...] | None = None) -> Callable[[], object]:
         x = torch.randn(*(shape or self.shape))
@@ -152,7 +156,7 @@ def profile_shape(k: int, n: int, presets: list[str], rounds: int) -> dict[str, 
             "quantizers_us": quant, "quantizer_fixed_us": sum(fixed),
             "rest_us": med[p] - med["snip_fp32"] - quant,
             "calls": [dict(c.describe(), us=u, small_us=f)
-                      for c, u, f in zip(calls[p], per_call, fixed)]}
+                      for c, u, f in zip(calls[p], per_call, fixed, strict=True)]}
     return out
 
 
