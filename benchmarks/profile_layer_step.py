@@ -18,6 +18,11 @@ process's CPU time (1 thread):
 - ``rest`` = step - snip_fp32 - quantizers: what remains (a bf16 product, cache effects), which
   is noise-level when the other three explain the step.
 
+``--probe`` adds, per shape, a look at ``rest``: the layer's three fp32 GEMMs alone, the same
+with a 32 x 32 MXFP4 quantizer call after each, and with a 32 x 32 ``clone`` after each (a torch
+op of the same size, the control); each round pairs the three, so the JSON's per-round
+differences say whether a quantizer call slows the GEMMs that follow it.
+
 The overhead over ``linear`` is split into these parts in microseconds per layer step; the JSON
 keeps every round.  Figures are this machine's: its CPU flags and load are recorded.
 
@@ -33,6 +38,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -160,6 +166,31 @@ def profile_shape(k: int, n: int, presets: list[str], rounds: int) -> dict[str, 
     return out
 
 
+def probe_shape(k: int, n: int, rounds: int) -> dict[str, list[float]]:
+    """The three GEMMs of a layer step alone and with a small call after each (see --probe)."""
+    torch.manual_seed(0)
+    x, w, dy = torch.randn(TOKENS, k), torch.randn(n, k), torch.randn(TOKENS, n)
+    small = torch.randn(*SMALL)
+    spec = QLinear(1, 1, specs="mxfp4").specs.fprop
+    between = {"gemms": lambda: None,
+               "gemms+quantize": lambda: gemm.quantize_operand(small, spec, -1, spec.rounding, 1),
+               "gemms+clone": small.clone}
+
+    def with_call(call: Callable[[], object]) -> Callable[[], None]:
+        def run() -> None:
+            for a, b in ((x, w.t()), (dy, w), (dy.t(), x)):
+                a @ b
+                call()
+        return run
+
+    arms = {name: with_call(call) for name, call in between.items()}
+    times: dict[str, list[float]] = {a: [] for a in arms}
+    for _ in range(rounds):
+        for a, fn in arms.items():
+            times[a].append(cpu_us(fn, budget_s=0.05))
+    return times
+
+
 def print_table(model: str, layer: str, shape: tuple[int, int], res: dict) -> None:
     print(f"\n{model} {layer}: {TOKENS} tokens x {shape[0]} -> {shape[1]}, "
           f"nn.Linear step {res['linear_us']:.0f} us, snip_fp32 {res['snip_fp32_us']:.0f} us")
@@ -176,14 +207,14 @@ def main() -> None:
     ap.add_argument("--models", nargs="+", default=list(WIDTHS), choices=list(WIDTHS))
     ap.add_argument("--presets", nargs="+", default=list(PRESETS))
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--probe", action="store_true",
+                    help="also time the GEMMs alone vs with a small quantizer call after each")
     ap.add_argument("--out", type=Path,
                     default=Path("benchmarks/results/issue21/profile_layer_step.json"))
     args = ap.parse_args()
     torch.set_num_threads(1)
     run: dict[str, object] = {
-        "command": "benchmarks/profile_layer_step.py " + " ".join(
-            f"--{k} {' '.join(map(str, v)) if isinstance(v, list) else v}"
-            for k, v in vars(args).items() if k != "out"),
+        "command": " ".join(["benchmarks/profile_layer_step.py", *sys.argv[1:]]),
         "cpu": cpu_info(), "torch": torch.__version__, "threads": 1, "tokens": TOKENS,
         "clock": "process CPU time", "load_before": os.getloadavg(), "models": {}}
     print(run["cpu"]["summary"], f"load {run['load_before'][0]:.1f}")
@@ -194,6 +225,11 @@ def main() -> None:
             res["shape"] = list(shape)
             run["models"][model][layer] = res
             print_table(model, layer, shape, res)
+            if args.probe:
+                res["probe"] = probe_shape(*shape, args.rounds)
+                med = {a: statistics.median(v) for a, v in res["probe"].items()}
+                print("probe, us per 3 GEMMs (median): " + ", ".join(
+                    f"{a} {v:.0f}" for a, v in med.items()))
     run["load_after"] = os.getloadavg()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(run, indent=1) + "\n")
