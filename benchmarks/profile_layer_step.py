@@ -49,28 +49,25 @@ from torch import nn
 
 import snip.nn.gemm as gemm
 from snip.formats import QuantSpec, Rounding
-from snip.models import get_config
 from snip.nn import QLinear
+from snip.nn.specs import GemmSpecs
 
 try:
     from benchmarks._util import cpu_info
+    from benchmarks.bench_train_step import PRESETS, SHAPES, model_config
 except ImportError:  # run as a script from the benchmarks directory
     from _util import cpu_info
+    from bench_train_step import PRESETS, SHAPES, model_config
 
-PRESETS = ("bf16", "fp8_e4m3", "fp8_e4m3_tile128", "mxfp8_e4m3", "mxfp4", "nvfp4",
-           "fp4_e2m1_tile128", "fp4_e2m1_tensor")
-WIDTHS = {"tiny-deep": None, "small": None, "w256": (256, 704)}  # None: the named config's
+MODELS = list(SHAPES)  # bench_train_step's models, built by its model_config
 TOKENS = 1024
 SMALL = (32, 32)  # the operand that measures a call's fixed cost
 
 
 def layer_shapes(model: str) -> dict[str, tuple[int, int]]:
     """(in_features, out_features) of a model's attention projection and its FFN layers."""
-    dims = WIDTHS[model]
-    if dims is None:
-        cfg = get_config(model)
-        dims = (cfg.dim, cfg.ffn_hidden)
-    dim, ffn = dims
+    cfg = model_config(model)
+    dim, ffn = cfg.dim, cfg.ffn_hidden
     return {"attn": (dim, dim), "ffn_up": (dim, ffn), "ffn_down": (ffn, dim)}
 
 
@@ -171,7 +168,7 @@ def probe_shape(k: int, n: int, rounds: int) -> dict[str, list[float]]:
     torch.manual_seed(0)
     x, w, dy = torch.randn(TOKENS, k), torch.randn(n, k), torch.randn(TOKENS, n)
     small = torch.randn(*SMALL)
-    spec = QLinear(1, 1, specs="mxfp4").specs.fprop
+    spec = GemmSpecs.uniform("mxfp4").fprop
     between = {"gemms": lambda: None,
                "gemms+quantize": lambda: gemm.quantize_operand(small, spec, -1, spec.rounding, 1),
                "gemms+clone": small.clone}
@@ -204,7 +201,7 @@ def print_table(model: str, layer: str, shape: tuple[int, int], res: dict) -> No
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--models", nargs="+", default=list(WIDTHS), choices=list(WIDTHS))
+    ap.add_argument("--models", nargs="+", default=MODELS, choices=MODELS)
     ap.add_argument("--presets", nargs="+", default=list(PRESETS))
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--probe", action="store_true",
