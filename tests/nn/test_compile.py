@@ -1,23 +1,25 @@
 """``torch.compile`` of a converted model: it compiles, trains, and changes no bit.
 
-Each ``QLinear``'s quantized call runs outside the compiled graphs (``torch.compiler.disable``:
-one graph break per layer call), so compiled and eager runs execute the same kernels on the
-same operands.  The layers between them here are ReLUs, which Inductor computes exactly (a
-select), so forward outputs and the gradients of the input and of every weight (the outputs of
-fprop, dgrad and wgrad) must be equal bit for bit.  Compiling costs seconds per preset on a
-loaded 2-core machine: four presets run in the default suite, the other four under ``-m slow``.
+Under compile each ``QLinear`` calls the :mod:`snip.nn.ops` custom ops, whose real
+implementations are the functions the eager autograd Function runs, so compiled and eager runs
+execute the same kernels on the same operands with the same seeds.  The layers between them
+here are ReLUs and scalings by powers of two, which Inductor computes exactly, so forward
+outputs and the gradients of the input and of every weight (the outputs of fprop, dgrad and
+wgrad) must be equal bit for bit.  Compiling costs seconds per preset on a loaded 2-core
+machine: four presets run in the default suite, the other four under ``-m slow``.
 """
 
 from __future__ import annotations
 
 import copy
+import pickle
 
 import pytest
 import torch
 from torch import nn
 from torch._dynamo.utils import counters
 
-from snip.nn import QLinear
+from snip.nn import QLinear, SaveMode
 
 FAST = ["bf16", "fp8_e4m3", "mxfp4", "nvfp4"]
 SLOW = ["fp8_e4m3_tile128", "mxfp8_e4m3", "fp4_e2m1_tile128", "fp4_e2m1_tensor"]
@@ -40,11 +42,29 @@ def _model(preset: str) -> nn.Module:
     return _Net(preset)
 
 
-def _step(model: nn.Module, fn, x: torch.Tensor, dy: torch.Tensor):
-    x = x.clone().requires_grad_()
+def _step(model: nn.Module, fn, x: torch.Tensor, dy: torch.Tensor, input_grad: bool = True):
+    x = x.clone().requires_grad_(input_grad)
     y = fn(x)
     y.backward(dy)
     return y.detach(), x.grad, [p.grad.clone() for p in model.parameters()]
+
+
+def _same(eager: nn.Module, compiled: nn.Module, fn, g: torch.Generator, steps: int = 2,
+          input_grad: bool = True) -> None:
+    """``steps`` training steps of both models on the same batches: equal bit for bit."""
+    for _ in range(steps):  # fresh SR noise each step
+        x, dy = torch.randn(40, 32, generator=g), torch.randn(40, 32, generator=g)
+        ye, dxe, dwe = _step(eager, eager, x, dy, input_grad)
+        yc, dxc, dwc = _step(compiled, fn, x, dy, input_grad)
+        assert torch.equal(ye, yc)
+        assert (dxe is None and dxc is None) or torch.equal(dxe, dxc)
+        assert all(torch.equal(a, b) for a, b in zip(dwe, dwc, strict=True))
+        for m in (eager, compiled):
+            m.zero_grad(set_to_none=True)
+
+
+def _steps(model: nn.Module) -> list[int]:
+    return [m.step for m in model.modules() if isinstance(m, QLinear)]
 
 
 def _check(preset: str) -> None:
@@ -54,16 +74,11 @@ def _check(preset: str) -> None:
     eager = _model(preset)
     compiled = copy.deepcopy(eager)
     fn = torch.compile(compiled)
-    for _ in range(2):  # two steps: fresh SR noise, no recompile on the step counter
-        x, dy = torch.randn(40, 32, generator=g), torch.randn(40, 32, generator=g)
-        ye, dxe, dwe = _step(eager, eager, x, dy)
-        yc, dxc, dwc = _step(compiled, fn, x, dy)
-        assert torch.equal(ye, yc) and torch.equal(dxe, dxc)
-        assert all(torch.equal(a, b) for a, b in zip(dwe, dwc, strict=True))
-        for m in (eager, compiled):
-            m.zero_grad(set_to_none=True)
-    assert [m.step for m in compiled.modules() if isinstance(m, QLinear)] == [2, 2]
-    assert counters["stats"]["unique_graphs"] >= 2  # the ops between the layers did compile
+    _same(eager, compiled, fn, g)
+    assert _steps(compiled) == _steps(eager) == [2, 2]
+    # one graph, no break at the layers, no recompile when the step counter advances
+    assert not counters["graph_break"]
+    assert counters["stats"]["unique_graphs"] == 1
 
 
 @pytest.mark.parametrize("preset", FAST)
@@ -77,11 +92,45 @@ def test_compiled_equals_eager_more_presets(preset):
     _check(preset)
 
 
-def test_graph_breaks_are_the_quantized_calls_only():
-    """Everything but the quantized calls is traced: each break is a ``_quantized`` call."""
+def test_a_new_setting_recompiles_and_stays_exact():
+    """A re-plan (``set_specs``) between steps recompiles the graph (the layer's config handle
+    is a guarded int) and the compiled model follows it bit for bit; no input gradient needed
+    (the first layer of a model) also matches."""
     torch._dynamo.reset()
     counters.clear()
-    fn = torch.compile(_model("mxfp4"), backend="eager")
-    fn(torch.randn(8, 32))
+    g = torch.Generator().manual_seed(4)
+    eager = _model("mxfp4")
+    compiled = copy.deepcopy(eager)
+    fn = torch.compile(compiled)
+    _same(eager, compiled, fn, g, steps=1, input_grad=False)
+    for m in (eager, compiled):
+        m.q1.set_specs("nvfp4")
+    _same(eager, compiled, fn, g, steps=2, input_grad=False)
+    assert counters["stats"]["unique_graphs"] == 2
+
+
+def test_encoded_saves_break_the_graph_and_stay_exact():
+    """``save="encoded"`` keeps packed operands, which an op cannot return: those layers run
+    the eager Function outside the graph (one break per call), still bit for bit."""
+    torch._dynamo.reset()
+    counters.clear()
+    g = torch.Generator().manual_seed(5)
+    eager = _model("mxfp4")
+    for m in eager.modules():
+        if isinstance(m, QLinear):
+            m.save = SaveMode.ENCODED
+    compiled = copy.deepcopy(eager)
+    fn = torch.compile(compiled)
+    _same(eager, compiled, fn, g)
     breaks = counters["graph_break"]
     assert sum(breaks.values()) >= 2 and all("QLinear._quantized" in r for r in breaks)
+
+
+def test_pickled_layer_has_its_own_handle_and_step():
+    """A handle indexes this process's registry: unpickling makes it anew, keeps the step."""
+    m = _model("mxfp4").q1
+    m.step = 7
+    clone = pickle.loads(pickle.dumps(m))
+    assert clone.step == 7 and clone._handle == m._handle
+    clone.step = 8
+    assert m.step == 7  # the counters are not shared

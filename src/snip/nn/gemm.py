@@ -367,54 +367,85 @@ def _save_input(x2: torch.Tensor, saved: _Saved, xq: torch.Tensor | None = None)
         saved.keep("input", x2, weight=False)
 
 
+def linear_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                   cfg: GemmConfig, needs_backward: bool) -> tuple[torch.Tensor, _Saved]:
+    """fprop ``Q(X) Q(W)^T + b`` and what backward keeps (:class:`_Saved`, nothing without
+    ``needs_backward``); the output has ``x``'s leading shape and ``cfg.out_dtype``."""
+    native = cfg.gemm is GemmImpl.NATIVE and resolve_native(x.device, cfg.strict)
+    with _no_autocast(x.device):
+        x2 = x.reshape(-1, x.shape[-1])
+        saved = _Saved(cfg, native)
+        y = _native_fprop(x2, weight, bias, saved, needs_backward) if native else None
+        if y is None:
+            wq = _fprop_weight(weight, saved, needs_backward)
+            f = cfg.specs.fprop
+            xseed = _seed(cfg, Gemm.FPROP, Operand.INPUT, f.rounding)
+            xq = quantize_operand(x2, f, -1, f.rounding, xseed, cfg.tokens)
+            if needs_backward:
+                _save_input(x2, saved, xq)
+            y = matmul(xq, wq.t(), cfg.accum, bias)
+    return y.reshape(*x.shape[:-1], -1).to(cfg.out_dtype or x.dtype), saved
+
+
+def hp_saved(x: torch.Tensor, weight: torch.Tensor, cfg: GemmConfig) -> _Saved:
+    """What ``SaveMode.HP``'s forward keeps, rebuilt from ``X`` and ``W`` (for a backward run
+    apart from its forward, as the compiled ops do).  Every operand backward then quantizes has
+    the bits the eager forward would have saved: a reused ``Q_fprop(X)`` equals ``Q_wgrad(X)``
+    (:func:`input_reusable`: RNE, axis-free), and a reused ``Q_fprop(W)`` is recomputed with
+    fprop's spec, axis and seed."""
+    saved = _Saved(cfg)
+    saved.x = x.reshape(-1, x.shape[-1])
+    s = cfg.specs
+    if weight_reusable(s.fprop, s.dgrad) and not s.dgrad.for_weight().is_identity:
+        f = s.fprop.for_weight()
+        seed = _seed(cfg, Gemm.FPROP, Operand.WEIGHT, f.rounding)
+        saved.w, saved.w_quantized = quantize_operand(weight, f, -1, f.rounding, seed), True
+    else:
+        saved.w = weight
+    return saved
+
+
+def linear_backward(dy: torch.Tensor, saved: _Saved, x_shape: torch.Size, x_dtype: torch.dtype,
+                    w_dtype: torch.dtype, b_dtype: torch.dtype | None, need_x: bool,
+                    need_w: bool, need_b: bool) -> tuple[torch.Tensor | None, ...]:
+    """dgrad, wgrad and the bias gradient (``None`` where not needed) from what forward kept."""
+    cfg, s = saved.cfg, saved.cfg.specs
+    with _no_autocast(dy.device):
+        dy2 = dy.reshape(-1, dy.shape[-1])
+        # native GEMMs quantize a bf16 dY as is (same bits: the scale multiply promotes)
+        dy2 = dy2 if saved.native else dy2.float()
+        dx = dw = db = None
+        dyq = None  # Q(dY) shared by dgrad and wgrad (grad_reusable)
+        if need_x and need_w and not saved.native and grad_reusable(s.dgrad, s.wgrad):
+            dyq = _grad_output(dy2, cfg, Gemm.DGRAD, -1)
+        if need_x:
+            dx = _dgrad(dy2, saved, dyq).reshape(x_shape).to(x_dtype)
+        if need_w:
+            dw = _wgrad(dy2, saved, dyq).to(w_dtype)
+        if need_b and b_dtype is not None:
+            db = dy2.float().sum(0).to(b_dtype)
+    return dx, dw, db
+
+
 class QuantizedLinearFn(torch.autograd.Function):
     """``Y = Q(X) Q(W)^T + b`` with per-GEMM formats in forward and backward (see module doc)."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                 cfg: GemmConfig, record: SavedBytes | None, needs_backward: bool) -> torch.Tensor:
-        native = cfg.gemm is GemmImpl.NATIVE and resolve_native(x.device, cfg.strict)
-        with _no_autocast(x.device):
-            x2 = x.reshape(-1, x.shape[-1])
-            saved = _Saved(cfg, native)
-            y = _native_fprop(x2, weight, bias, saved, needs_backward) if native else None
-            if y is None:
-                wq = _fprop_weight(weight, saved, needs_backward)
-                f = cfg.specs.fprop
-                xseed = _seed(cfg, Gemm.FPROP, Operand.INPUT, f.rounding)
-                xq = quantize_operand(x2, f, -1, f.rounding, xseed, cfg.tokens)
-                if needs_backward:
-                    _save_input(x2, saved, xq)
-                y = matmul(xq, wq.t(), cfg.accum, bias)
+        y, saved = linear_forward(x, weight, bias, cfg, needs_backward)
         ctx.cfg = cfg
         saved.stash(ctx)
         ctx.meta = (x.shape, x.dtype, weight.dtype, None if bias is None else bias.dtype)
         if record is not None:
             record.activation, record.weight = saved.bytes.activation, saved.bytes.weight
             record.detail = dict(saved.bytes.detail)
-        return y.reshape(*x.shape[:-1], -1).to(cfg.out_dtype or x.dtype)
+        return y
 
     @staticmethod
     def backward(ctx, dy: torch.Tensor):
-        x_shape, x_dtype, w_dtype, b_dtype = ctx.meta
-        cfg = ctx.cfg
-        saved = _Saved.unstash(ctx, cfg)
-        need_x, need_w, need_b = ctx.needs_input_grad[:3]
-        with _no_autocast(dy.device):
-            dy2 = dy.reshape(-1, dy.shape[-1])
-            # native GEMMs quantize a bf16 dY as is (same bits: the scale multiply promotes)
-            dy2 = dy2 if saved.native else dy2.float()
-            dx = dw = db = None
-            s = cfg.specs
-            dyq = None  # Q(dY) shared by dgrad and wgrad (grad_reusable)
-            if need_x and need_w and not saved.native and grad_reusable(s.dgrad, s.wgrad):
-                dyq = _grad_output(dy2, cfg, Gemm.DGRAD, -1)
-            if need_x:
-                dx = _dgrad(dy2, saved, dyq).reshape(x_shape).to(x_dtype)
-            if need_w:
-                dw = _wgrad(dy2, saved, dyq).to(w_dtype)
-            if need_b and b_dtype is not None:
-                db = dy2.float().sum(0).to(b_dtype)
+        saved = _Saved.unstash(ctx, ctx.cfg)
+        dx, dw, db = linear_backward(dy, saved, *ctx.meta, *ctx.needs_input_grad[:3])
         ctx.packed = None  # free the packed operands as soon as they are used
         return dx, dw, db, None, None, None
 

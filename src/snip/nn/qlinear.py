@@ -22,9 +22,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from snip.errors import UserError
 from snip.formats import QuantSpec
 from snip.formats.scaling import RowShard
 from snip.nn.gemm import GemmConfig, SavedBytes, autocast_dtype, quantized_linear
+from snip.nn.ops import config_handle, quantized_linear_op
 from snip.nn.specs import Accum, GemmImpl, GemmSpecs, SaveMode, as_accum, as_gemm_impl, as_save_mode
 
 
@@ -37,6 +39,10 @@ def as_gemm_specs(specs: GemmSpecs | QuantSpec | str) -> GemmSpecs:
     raise TypeError(f"expected GemmSpecs, QuantSpec or a preset name, got {type(specs).__name__}")
 
 
+# the attributes a GemmConfig is made of (besides the step and the output dtype)
+_SETTINGS = frozenset({"specs", "seed", "save", "accum", "gemm", "gemm_strict", "tokens"})
+
+
 class QLinear(nn.Linear):
     """Linear layer with per-GEMM quantization (fprop / dgrad / wgrad)."""
 
@@ -47,7 +53,8 @@ class QLinear(nn.Linear):
         super().__init__(in_features, out_features, bias, device=device, dtype=dtype)
         self.specs = as_gemm_specs(specs)
         self.seed = int(seed)
-        self.step = 0
+        # the forward counter, a 0-d tensor so that a compiled graph advances it in place
+        self._step = torch.zeros((), dtype=torch.int64, device="cpu")
         self.tokens: RowShard | None = None  # this forward's tokens in a larger batch (SR)
         self.save = as_save_mode(save)
         self.accum = as_accum(accum)
@@ -55,6 +62,29 @@ class QLinear(nn.Linear):
         self._saved = SavedBytes()
         self.gemm = GemmImpl.EMULATED  # set_gemm: "native" runs FP8 GEMMs via torch._scaled_mm
         self.gemm_strict = False
+        self.__dict__["_handle"] = self._new_handle()  # from now on kept by __setattr__
+
+    def __setattr__(self, name: str, value) -> None:
+        changed = name in _SETTINGS and "_handle" in self.__dict__ and (
+            self.__dict__.get(name) != value)
+        super().__setattr__(name, value)
+        if changed:
+            self.__dict__["_handle"] = self._new_handle()
+
+    def __setstate__(self, state: dict) -> None:
+        """Unpickled (another process has another registry): the handle is made anew, and a
+        pickle from before the step became a tensor gives its step counter over."""
+        step = state.pop("step", None)
+        super().__setstate__(state)
+        if step is not None:
+            self.__dict__["_step"] = torch.tensor(int(step), dtype=torch.int64)
+        self.__dict__["_handle"] = self._new_handle()
+
+    def _new_handle(self) -> int:
+        """The :mod:`snip.nn.ops` registry handle of this layer's settings (output dtype
+        apart).  A plain ``int`` attribute: Dynamo guards on it, so a graph compiled for one
+        setting recompiles when a setting changes, and never for the step counter."""
+        return config_handle(self._config(None))
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, specs: GemmSpecs | QuantSpec | str, *,
@@ -90,6 +120,15 @@ class QLinear(nn.Linear):
         self.gemm_strict = bool(strict)
 
     @property
+    def step(self) -> int:
+        """Forwards so far (or as set): seeds this layer's stochastic rounding."""
+        return int(self._step)
+
+    @step.setter
+    def step(self, value: int) -> None:
+        self._step.fill_(int(value))
+
+    @property
     def saved_bytes(self) -> int:
         """Activation bytes the last differentiable forward kept for backward."""
         return self._saved.activation
@@ -108,14 +147,14 @@ class QLinear(nn.Linear):
         if not self.enabled or not x.is_floating_point():
             # an integer (or bool) input raises exactly the dtype error nn.Linear gives
             return F.linear(x, weight, self.bias)
+        if torch.compiler.is_compiling() and self.save is SaveMode.HP \
+                and getattr(self, "gemm", GemmImpl.EMULATED) is GemmImpl.EMULATED:
+            return self._traced(x, weight)
         return self._quantized(x, weight)
 
-    @torch.compiler.disable
-    def _quantized(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        """The quantized call, outside ``torch.compile``'s graphs (one graph break per layer):
-        the numba kernels and the per-step seeds run eagerly, bit for bit as without compile,
-        and the step counter advances without a recompile."""
-        key = (self.specs, self.seed, self.save, self.accum, autocast_dtype(x),
+    def _config(self, out_dtype: torch.dtype) -> GemmConfig:
+        """This layer's settings as a ``GemmConfig`` at step 0 (built once per setting)."""
+        key = (self.specs, self.seed, self.save, self.accum, out_dtype,
                getattr(self, "gemm", GemmImpl.EMULATED), getattr(self, "gemm_strict", False),
                getattr(self, "tokens", None))
         cached = self.__dict__.get("_cfg")
@@ -125,12 +164,28 @@ class QLinear(nn.Linear):
                                       out_dtype=out_dtype, gemm=gemm, strict=strict,
                                       tokens=tokens))
             self.__dict__["_cfg"] = cached
-        cfg = cached[1].at_step(self.step)
-        self.step += 1
+        return cached[1]
+
+    @torch.compiler.disable
+    def _quantized(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """The quantized call through the autograd Function, eagerly (under ``torch.compile``
+        for ``SaveMode.ENCODED`` and ``gemm="native"`` only: one graph break per call)."""
+        cfg = self._config(autocast_dtype(x)).at_step(self.step)
+        self._step.add_(1)
         record = SavedBytes()
         y = quantized_linear(x, weight, self.bias, cfg, record)
         self._saved = record
         return y
+
+    def _traced(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """The quantized call as :mod:`snip.nn.ops` custom ops, for ``torch.compile`` to trace:
+        the same kernels and seeds as eager, no graph break; ``saved_bytes`` is not recorded."""
+        if x.shape[-1] != weight.shape[1]:
+            raise UserError(f"input has {x.shape[-1]} features, weight expects "
+                            f"{weight.shape[1]}")
+        step = self._step.clone()
+        self._step.add_(1)
+        return quantized_linear_op(x, weight, self.bias, self._handle, autocast_dtype(x), step)[0]
 
     def extra_repr(self) -> str:
         s = self.specs
