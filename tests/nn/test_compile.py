@@ -42,21 +42,23 @@ def _model(preset: str) -> nn.Module:
     return _Net(preset)
 
 
-def _step(model: nn.Module, fn, x: torch.Tensor, dy: torch.Tensor, input_grad: bool = True):
+def _step(model: nn.Module, fn, x: torch.Tensor, dy: torch.Tensor, input_grad: bool = True,
+          autocast: bool = False):
     x = x.clone().requires_grad_(input_grad)
-    y = fn(x)
-    y.backward(dy)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        y = fn(x)
+    y.backward(dy.to(y.dtype))
     return y.detach(), x.grad, [p.grad.clone() for p in model.parameters()]
 
 
 def _same(eager: nn.Module, compiled: nn.Module, fn, g: torch.Generator, steps: int = 2,
-          input_grad: bool = True) -> None:
+          input_grad: bool = True, autocast: bool = False) -> None:
     """``steps`` training steps of both models on the same batches: equal bit for bit."""
     for _ in range(steps):  # fresh SR noise each step
         x, dy = torch.randn(40, 32, generator=g), torch.randn(40, 32, generator=g)
-        ye, dxe, dwe = _step(eager, eager, x, dy, input_grad)
-        yc, dxc, dwc = _step(compiled, fn, x, dy, input_grad)
-        assert torch.equal(ye, yc)
+        ye, dxe, dwe = _step(eager, eager, x, dy, input_grad, autocast)
+        yc, dxc, dwc = _step(compiled, fn, x, dy, input_grad, autocast)
+        assert ye.dtype == yc.dtype and torch.equal(ye, yc)
         assert (dxe is None and dxc is None) or torch.equal(dxe, dxc)
         assert all(torch.equal(a, b) for a, b in zip(dwe, dwc, strict=True))
         for m in (eager, compiled):
@@ -107,6 +109,17 @@ def test_a_new_setting_recompiles_and_stays_exact():
         m.q1.set_specs("nvfp4")
     _same(eager, compiled, fn, g, steps=2, input_grad=False)
     assert counters["stats"]["unique_graphs"] == 2
+
+
+def test_autocast_compiled_equals_eager():
+    """Under bf16 autocast the ops return the autocast dtype, as the eager layer does."""
+    torch._dynamo.reset()
+    counters.clear()
+    g = torch.Generator().manual_seed(6)
+    eager = _model("mxfp4")
+    compiled = copy.deepcopy(eager)
+    _same(eager, compiled, torch.compile(compiled), g, autocast=True)
+    assert not counters["graph_break"]
 
 
 def test_encoded_saves_break_the_graph_and_stay_exact():
