@@ -152,19 +152,21 @@ class QLinear(nn.Linear):
             return self._traced(x, weight)
         return self._quantized(x, weight)
 
-    def _config(self, out_dtype: torch.dtype) -> GemmConfig:
-        """This layer's settings as a ``GemmConfig`` at step 0 (built once per setting)."""
+    def _config(self, out_dtype: torch.dtype | None) -> GemmConfig:
+        """This layer's settings as a ``GemmConfig`` at step 0, validated once per setting
+        (``out_dtype`` ``None``: the input's dtype)."""
         key = (self.specs, self.seed, self.save, self.accum, out_dtype,
                getattr(self, "gemm", GemmImpl.EMULATED), getattr(self, "gemm_strict", False),
                getattr(self, "tokens", None))
         cached = self.__dict__.get("_cfg")
-        if cached is None or cached[0] != key:  # validated once per setting, not per call
-            specs, seed, save, accum, out_dtype, gemm, strict, tokens = key
-            cached = (key, GemmConfig(specs=specs, seed=seed, save=save, accum=accum,
-                                      out_dtype=out_dtype, gemm=gemm, strict=strict,
-                                      tokens=tokens))
-            self.__dict__["_cfg"] = cached
-        return cached[1]
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        specs, seed, save, accum, out_dtype, gemm, strict, tokens = key
+        cfg = GemmConfig(specs=specs, seed=seed, save=save, accum=accum, out_dtype=out_dtype,
+                         gemm=gemm, strict=strict, tokens=tokens)
+        if out_dtype is not None:  # the handle's dtype-free config does not evict the call's
+            self.__dict__["_cfg"] = (key, cfg)
+        return cfg
 
     @torch.compiler.disable
     def _quantized(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
