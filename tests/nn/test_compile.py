@@ -147,3 +147,21 @@ def test_pickled_layer_has_its_own_handle_and_step():
     assert clone.step == 7 and clone._handle == m._handle
     clone.step = 8
     assert m.step == 7  # the counters are not shared
+
+
+@pytest.mark.parametrize("preset,bias", [("mxfp4", True), ("nvfp4", False)])
+def test_custom_ops_pass_torch_opcheck(preset, bias):
+    """``torch.library.opcheck``: schema, fake implementations against the real ones, the
+    autograd registration and AOT dispatch with dynamic shapes, for both ops."""
+    from snip.nn.ops import quantized_linear_backward_op, quantized_linear_op
+
+    torch.manual_seed(0)
+    q = QLinear(32, 48, specs=preset, seed=1, bias=bias)
+    x, dy, step = torch.randn(40, 32, requires_grad=True), torch.randn(40, 48), torch.tensor(3)
+    torch.library.opcheck(quantized_linear_op,
+                          (x, q.weight, q.bias, q._handle, torch.float32, step))
+    bias_dtype = torch.float32 if bias else None
+    for need_x in (True, False):
+        torch.library.opcheck(quantized_linear_backward_op,
+                              (dy, x.detach(), q.weight.detach(), q._handle, torch.float32,
+                               step, need_x, True, bias_dtype))
