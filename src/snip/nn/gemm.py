@@ -257,6 +257,15 @@ def weight_reusable(fprop: QuantSpec, dgrad: QuantSpec) -> bool:
     return w == dgrad.for_weight() and axis_free and not w.hadamard
 
 
+def _dgrad_takes_fprop_weight(specs: GemmSpecs, native: bool) -> bool:
+    """Whether fprop's ``Q(W)`` is kept as dgrad's operand (``SaveMode.HP``): the weight is
+    reusable (:func:`weight_reusable`), dgrad quantizes it at all, and no native FP8 dgrad
+    wants its own codes."""
+    d = specs.dgrad.for_weight()
+    return (not d.is_identity and weight_reusable(specs.fprop, specs.dgrad)
+            and not (native and native_spec(d)))
+
+
 def matmul(a: torch.Tensor, b: torch.Tensor, accum: Accum,
            bias: torch.Tensor | None = None) -> torch.Tensor:
     """``a @ b (+ bias)`` in the accumulation precision; the bias is added in fp32."""
@@ -335,7 +344,7 @@ def _fprop_weight(weight: torch.Tensor, saved: _Saved, keep: bool) -> torch.Tens
     if d.is_identity:
         saved.keep("weight", weight, weight=True, counted=False)
         return quantize_operand(weight, f, -1, f.rounding, seed)
-    reuse = weight_reusable(s.fprop, s.dgrad) and not (saved.native and native_spec(d))
+    reuse = _dgrad_takes_fprop_weight(s, saved.native)
     if cfg.save is SaveMode.ENCODED:
         dseed = seed if reuse else operand_seed(cfg.seed, cfg.step, Gemm.DGRAD, Operand.WEIGHT)
         qt = encode_operand(weight, d, 0, d.rounding, dseed)
@@ -396,7 +405,7 @@ def hp_saved(x: torch.Tensor, weight: torch.Tensor, cfg: GemmConfig) -> _Saved:
     saved = _Saved(cfg)
     saved.x = x.reshape(-1, x.shape[-1])
     s = cfg.specs
-    if weight_reusable(s.fprop, s.dgrad) and not s.dgrad.for_weight().is_identity:
+    if _dgrad_takes_fprop_weight(s, native=False):
         f = s.fprop.for_weight()
         seed = _seed(cfg, Gemm.FPROP, Operand.WEIGHT, f.rounding)
         saved.w, saved.w_quantized = quantize_operand(weight, f, -1, f.rounding, seed), True
@@ -583,11 +592,16 @@ def autocast_dtype(x: torch.Tensor) -> torch.dtype:
     return x.dtype
 
 
+def check_features(x: torch.Tensor, weight: torch.Tensor) -> None:
+    """A ``UserError`` when ``x``'s last dimension is not the weight's ``in_features``."""
+    if x.shape[-1] != weight.shape[1]:
+        raise UserError(f"input has {x.shape[-1]} features, weight expects {weight.shape[1]}")
+
+
 def quantized_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                      cfg: GemmConfig, record: SavedBytes | None = None) -> torch.Tensor:
     """Functional form: ``F.linear`` with per-GEMM formats; fills ``record`` if given."""
-    if x.shape[-1] != weight.shape[1]:
-        raise UserError(f"input has {x.shape[-1]} features, weight expects {weight.shape[1]}")
+    check_features(x, weight)
     tensors = (x, weight) if bias is None else (x, weight, bias)
     needs_backward = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
     return QuantizedLinearFn.apply(x, weight, bias, cfg, record, needs_backward)

@@ -30,6 +30,7 @@ FP8 codes are not tensors an op can return); those layers keep one graph break p
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 
 import torch
@@ -52,11 +53,14 @@ def config_handle(cfg: GemmConfig) -> int:
     return h
 
 
+@functools.cache
+def _typed(handle: int, out_dtype: torch.dtype) -> GemmConfig:
+    """The registered config with the call's output dtype, built once per pair."""
+    return dataclasses.replace(_CONFIGS[handle], out_dtype=out_dtype)
+
+
 def _config(handle: int, out_dtype: torch.dtype, step: torch.Tensor) -> GemmConfig:
-    cfg = _CONFIGS[handle]
-    if cfg.out_dtype is not out_dtype:
-        cfg = dataclasses.replace(cfg, out_dtype=out_dtype)
-    return cfg.at_step(int(step))
+    return _typed(handle, out_dtype).at_step(int(step))
 
 
 @torch.library.custom_op("snip::quantized_linear", mutates_args=())

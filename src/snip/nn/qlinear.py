@@ -22,10 +22,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from snip.errors import UserError
 from snip.formats import QuantSpec
 from snip.formats.scaling import RowShard
-from snip.nn.gemm import GemmConfig, SavedBytes, autocast_dtype, quantized_linear
+from snip.nn.gemm import (
+    GemmConfig,
+    SavedBytes,
+    autocast_dtype,
+    check_features,
+    quantized_linear,
+)
 from snip.nn.ops import config_handle, quantized_linear_op
 from snip.nn.specs import Accum, GemmImpl, GemmSpecs, SaveMode, as_accum, as_gemm_impl, as_save_mode
 
@@ -182,9 +187,7 @@ class QLinear(nn.Linear):
     def _traced(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """The quantized call as :mod:`snip.nn.ops` custom ops, for ``torch.compile`` to trace:
         the same kernels and seeds as eager, no graph break; ``saved_bytes`` is not recorded."""
-        if x.shape[-1] != weight.shape[1]:
-            raise UserError(f"input has {x.shape[-1]} features, weight expects "
-                            f"{weight.shape[1]}")
+        check_features(x, weight)
         step = self._step.clone()
         self._step.add_(1)
         return quantized_linear_op(x, weight, self.bias, self._handle, autocast_dtype(x), step)[0]
