@@ -12,7 +12,7 @@ Per unit (base, order), over the model's linear layers:
   oracle arm's first damage map (``sensitivity/step_<N>_damage.json``: the same model and
   calibration batch every arm of the unit starts from);
 * the Spearman correlation of the two over every layer but the *top unit* (the largest
-  measured damage, ties broken by name as `snip.compare.diagnostics.top_unit` does), and, for
+  measured damage, ties broken by name: `snip.compare.diagnostics.top_of`), and, for
   reference, over all layers.
 
 Reported: per unit the two correlations; over units their mean with a 95 % t interval, the
@@ -36,7 +36,7 @@ from typing import Any
 
 from scipy import stats
 
-from snip.compare.diagnostics import top_unit
+from snip.compare.diagnostics import first_damage_map, top_of
 from snip.compare.stats import t_interval
 from snip.compare.sweep import load_sweep
 from snip.sensitivity.table import SensitivityTable
@@ -64,14 +64,6 @@ def predicted_damage(table: SensitivityTable, high: str, low: str) -> dict[str, 
     return out
 
 
-def damage_map(run_dir: Path) -> dict[str, float]:
-    paths = sorted((run_dir / "sensitivity").glob("step_*_damage.json"),
-                   key=lambda p: int(p.stem.split("_")[1]))
-    if not paths:
-        raise FileNotFoundError(f"{run_dir}: no damage map")
-    return json.loads(paths[0].read_text())["values"]
-
-
 def spearman(a: dict[str, float], b: dict[str, float], drop: str | None = None) -> float:
     names = sorted(n for n in a if n in b and n != drop)
     if len(names) < 3:
@@ -96,11 +88,13 @@ def ranking(sweep_dir: Path, units: int, arm: str, oracle: str, high: str, low: 
             raise SystemExit(f"{sweep_dir}: no arm {label!r} (arms: {', '.join(arms)})")
     rows = []
     for u in [u for u in sweep.units if u[0] < units]:
-        measured = damage_map(sweep.run_dir(u, arms[oracle]))
-        top = top_unit(sweep.run_dir(u, arms[oracle]), u)
+        measured = first_damage_map(sweep.run_dir(u, arms[oracle]))
+        if measured is None:
+            raise FileNotFoundError(f"{sweep.run_dir(u, arms[oracle])}: no damage map")
+        top = top_of(measured, u).layer
         pred = predicted_damage(first_table(sweep.run_dir(u, arms[arm])), high, low)
-        rows.append({"unit": list(u), "top_unit": top.layer if top else None,
-                     "rho_without_top": spearman(pred, measured, top.layer if top else None),
+        rows.append({"unit": list(u), "top_unit": top,
+                     "rho_without_top": spearman(pred, measured, top),
                      "rho_all": spearman(pred, measured)})
     return {"arm": arm, "oracle": oracle, "high": high, "low": low, "units": rows,
             "without_top": summary([r["rho_without_top"] for r in rows]),

@@ -76,13 +76,21 @@ def keeps_high(plan: dict[str, Any], layer: str) -> bool:
     return not any(is_fp4(v) for v in entry.values())
 
 
-def top_unit(run_dir: Path, unit: Unit) -> TopUnit | None:
-    """The top unit from the first damage map of an oracle branch (None: none measured)."""
+def first_damage_map(run_dir: Path) -> dict[str, float] | None:
+    """Layer -> measured damage from the first damage map of a branch (None: none measured)."""
     paths = sorted((run_dir / "sensitivity").glob("step_*_damage.json"),
                    key=lambda p: int(p.stem.split("_")[1]))
-    if not paths:
-        return None
-    values = json.loads(paths[0].read_text())["values"]
+    return json.loads(paths[0].read_text())["values"] if paths else None
+
+
+def top_unit(run_dir: Path, unit: Unit) -> TopUnit | None:
+    """The top unit from the first damage map of an oracle branch (None: none measured)."""
+    values = first_damage_map(run_dir)
+    return None if values is None else top_of(values, unit)
+
+
+def top_of(values: dict[str, float], unit: Unit) -> TopUnit:
+    """The most damaging layer of a damage map (ties: the larger name) and its share."""
     layer = max(values, key=lambda k: (values[k], k))
     total = sum(v for v in values.values() if v > 0)
     return TopUnit(unit=unit, layer=layer, damage=values[layer],
