@@ -325,24 +325,26 @@ def test_repeats_band_is_mean_min_max_of_validation_loss(tmp_path: Path) -> None
 
 # -- the compare page ---------------------------------------------------------------------------
 
-def _fake_sweep(tmp_path: Path, hp: dict[str, tuple[float, ...]]) -> Path:
-    """A finished `snip compare` directory (2 units) without training: run directories like the
-    trainer's, a result.json per branch, the sweep.json."""
+def _fake_sweep(tmp_path: Path, hp: dict[str, tuple[float, ...]], bases: int = 1,
+                orders: int = 2) -> Path:
+    """A finished `snip compare` directory (``bases`` x ``orders`` units, ``hp[arm][i]`` the
+    final loss of the i-th unit) without training: run directories like the trainer's, a
+    result.json per branch, the sweep.json."""
     from snip.compare import Sweep, parse_arms
 
     out = tmp_path / "cmp"
     arms = parse_arms(["bf16", "fp4=preset:mxfp4", "snip@0.75", "layer_type@0.75",
                        "random@0.75x2"])
-    sweep = Sweep(bases=("base",), arms=tuple(arms), steps=40, orders=2, reference="bf16",
-                  out=str(out))
+    sweep = Sweep(bases=tuple(f"base{b}" for b in range(bases)), arms=tuple(arms), steps=40,
+                  orders=orders, reference="bf16", out=str(out))
     for arm in arms:
-        for unit in sweep.units:
+        for i, unit in enumerate(sweep.units):
             d = sweep.run_dir(unit, arm)
             kind = "adaptive" if arm.kind.value == "adaptive" else arm.preset
-            _run(d.parent, d.name, precision=kind, final=hp[arm.label][unit[1]],
+            _run(d.parent, d.name, precision=kind, final=hp[arm.label][i],
                  plans=_snip_plans() if kind == "adaptive" else None,
                  method=arm.method or "ilp", plan_seed=max(arm.draw, 0))
-            loss = hp[arm.label][unit[1]]
+            loss = hp[arm.label][i]
             (d / "result.json").write_text(json.dumps(
                 {"unit": list(unit), "arm": arm.label, "val_loss": loss + 0.01,
                  "val_loss_hp": loss, "fp4_flop_fraction": 0.75, "step": 40}))
@@ -380,6 +382,36 @@ def test_compare_page_opens_with_the_answer(tmp_path: Path) -> None:
     assert "random@0.75#1: random #1 75% fp4_e2m1_tile128" in precision
     # 2 units: no sign test can reach p < 0.05; the page says so
     assert "n = 2 units: the sign and Wilcoxon tests cannot give p below 0.5" in answer
+    assert "id='hypotheses'" not in html  # no hypotheses.json: no such section
+
+
+def test_compare_page_draws_the_hypotheses_in_their_order(tmp_path: Path) -> None:
+    """With a hypotheses.json the page has the pre-registered section after the answer: the
+    forest plot of every contrast (SNIP minus each comparator) and each verdict."""
+    from snip.compare import load_sweep, summarize
+    from snip.report.sweep import write_compare_report
+
+    hp = {"bf16": (2.20, 2.22, 2.21), "fp4": (2.30, 2.33, 2.31),
+          "snip@0.75": (2.21, 2.22, 2.20), "layer_type@0.75": (2.25, 2.27, 2.24),
+          "random@0.75#0": (2.19, 2.24, 2.18), "random@0.75#1": (2.23, 2.22, 2.22)}
+    out = _fake_sweep(tmp_path, hp, bases=3, orders=1)
+    (out / "hypotheses.json").write_text(json.dumps({"delta_min": 0.002, "hypotheses": [
+        {"id": "H1", "statement": "beats the rule", "contrasts": [["snip@0.75",
+                                                                   "layer_type@0.75"]]},
+        {"id": "H4", "statement": "beats random", "contrasts": [["snip@0.75",
+                                                                 "random@0.75"]]}]}))
+    html = write_compare_report(summarize(load_sweep(out))).read_text()
+    assert html.index("id='answer'") < html.index("id='hypotheses'") < html.index("id='arms'")
+    section = html.split("id='hypotheses'")[1].split("<h2")[0]
+    assert "compare_hypotheses" in section and (out / "compare_hypotheses.png").is_file()
+    rows = section.split("<tr")[2:]
+    # H1: -0.04, -0.05, -0.04 over 3 bases, in both metrics: supported, and confirmatory
+    assert "<b>H1</b>" in rows[0] and "<b>supported</b>" in rows[0]
+    assert "layer_type@0.75" in rows[1] and "-0.0433" in rows[1] and ">3<" in rows[1]
+    # H4 against the draws' mean (2.21, 2.23, 2.20): -0.00, -0.01, 0.00 -> not resolved;
+    # tested second, so confirmatory too
+    assert "<b>H4</b>" in rows[2] and "(exploratory)" not in rows[2]
+    assert "supported" not in rows[2] + rows[3]
 
 
 def test_compare_curves_use_every_unit(tmp_path: Path) -> None:

@@ -13,6 +13,11 @@ Sections, in page order:
   verdict is the plain reading of the interval (`snip.compare.stats.Paired.resolved`): an arm
   *wins* when its whole interval lies below zero, *loses* when it lies above, and is *not
   resolved* otherwise.
+* **Pre-registered hypotheses** (only when the sweep holds a ``hypotheses.json``) -- each
+  hypothesis in its declared order with its verdict (supported, falsified, inconclusive;
+  confirmatory or exploratory), and the *hypothesis forest plot*: every contrast ``arm -
+  comparator`` (SNIP minus each rule, control and draw family) with its 95% interval over
+  bases, both metrics, beside the lines at zero and at ``-delta_min``.
 * **Arms** -- what each arm is (a preset on every GEMM, SNIP's ILP at a budget, a baseline
   planner at the same budget, a random plan), its mean final losses and FP4 share.
 * **Loss** -- every unit counts: per arm, the mean training loss over units (and random draws)
@@ -31,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from snip.compare.arms import SNIP_METHOD, Arm, Kind
-from snip.compare.stats import Paired
+from snip.compare.stats import HypothesisResult, Paired, Verdict
 from snip.compare.sweep import METRICS, Summary
 from snip.report.html import Section, _img, _precision_section, _table, page
 from snip.report.plots import _finish, _smooth, plt, precision_map
@@ -188,6 +193,77 @@ def forest_plot(summary: Summary, path: Path) -> Path | None:
     return path
 
 
+_VERDICT_COLOUR = {Verdict.SUPPORTED: _WIN, Verdict.FALSIFIED: _LOSE,
+                   Verdict.INCONCLUSIVE: _GREY}
+
+
+def hypotheses_plot(hypotheses: list[HypothesisResult], path: Path) -> Path | None:
+    """Every contrast of the pre-registered hypotheses, ``arm - comparator`` (SNIP minus each
+    comparator), with its 95% interval over bases in both metrics, in the declared order.
+    Colour: the contrast's verdict (green supported: the interval lies below zero in both
+    metrics; red falsified: the high-precision interval lies above ``-delta_min``; grey
+    inconclusive); exploratory hypotheses are drawn hollow. Dashed: ``-delta_min``."""
+    rows = [(h, c) for h in hypotheses for c in h.contrasts]
+    if not rows:
+        return None
+    fig, axes = plt.subplots(1, 2, figsize=(13, 1.4 + 0.38 * len(rows)), sharey=True)
+    ys = list(range(len(rows)))[::-1]
+    names = [f"{h.spec.id}{'' if h.confirmatory else '*'}: {c.primary.arm} - "
+             f"{c.primary.comparator} (n={c.primary.n})" for h, c in rows]
+    for ax, which in zip(axes, ("primary", "secondary"), strict=True):
+        for y, (h, c) in zip(ys, rows, strict=True):
+            k = getattr(c, which)
+            colour = _VERDICT_COLOUR[c.verdict]
+            face = colour if h.confirmatory else "white"
+            if k.n >= 2:
+                ax.errorbar(k.mean, y, xerr=[[k.mean - k.ci_low], [k.ci_high - k.mean]],
+                            fmt="o", color=colour, mfc=face, capsize=4, lw=2, ms=6)
+            elif k.n == 1:
+                ax.plot(k.mean, y, "o", color=colour, mfc=face, ms=6)
+        ax.axvline(0, color="k", lw=1)
+        ax.axvline(-hypotheses[0].delta_min, color="k", lw=1, ls="--")
+        ax.set_yticks(ys, names, fontsize=8)
+        ax.grid(alpha=0.3, axis="x")
+        ax.set(xlabel="arm - comparator (nats; < 0 favours the arm)",
+               title={"primary": "val loss, high precision (primary)",
+                      "secondary": "val loss, as run (secondary)"}[which])
+    fig.suptitle("pre-registered contrasts with 95% intervals over bases; green supported, "
+                 "red falsified, grey inconclusive; * and hollow: exploratory; dashed: "
+                 f"-delta_min = {-hypotheses[0].delta_min:g}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _hypotheses_section(summary: Summary, out: Path) -> Section:
+    hs = summary.hypotheses
+    head = ["hypothesis", "contrast", "n bases", "high precision: diff [95% CI]",
+            "as run: diff [95% CI]", "verdict"]
+    rows = []
+    for h in hs:
+        tag = h.verdict.value + ("" if h.confirmatory else " (exploratory)")
+        rows.append(f"<tr><td><b>{html.escape(h.spec.id)}</b>: "
+                    f"{html.escape(h.spec.statement)}</td><td>all of its contrasts</td>"
+                    f"<td></td><td></td><td></td><td><b>{html.escape(tag)}</b></td></tr>")
+        for c in h.contrasts:
+            p, q = c.primary, c.secondary
+            v = c.verdict.value + (" (below delta_min)" if c.below_delta_min else "")
+            rows.append(f"<tr><td></td><td><code>{html.escape(p.arm)}</code> - <code>"
+                        f"{html.escape(p.comparator)}</code></td><td class=n>{p.n}</td>"
+                        f"<td class=n>{_num(p.mean)} [{_num(p.ci_low)}, {_num(p.ci_high)}]"
+                        f"</td><td class=n>{_num(q.mean)} [{_num(q.ci_low)}, "
+                        f"{_num(q.ci_high)}]</td><td>{html.escape(v)}</td></tr>")
+    plot = hypotheses_plot(hs, out / "compare_hypotheses.png")
+    intro = (f"<p>Tested in this declared order; delta_min {hs[0].delta_min:g} nats. A "
+             "contrast is <i>supported</i> when its interval lies below zero in both "
+             "metrics, <i>falsified</i> when its high-precision interval lies entirely above "
+             "-delta_min, else <i>inconclusive</i>; after the first confirmatory hypothesis "
+             "that is not supported, the rest are exploratory.</p>")
+    return Section("hypotheses", "Pre-registered hypotheses",
+                   intro + (_img(plot) if plot else "") + _table(head, rows))
+
+
 def _unit_runs(summary: Summary) -> dict[str, list[RunData]]:
     """Every finished branch of every arm (all units), by arm label."""
     sw, out = summary.sweep, {}
@@ -299,6 +375,7 @@ def compare_sections(summary: Summary) -> list[Section]:
             + _sentences(summary, arms) + (_img(forest) if forest else "")
             + "".join(_answer_table(summary, m, arms) for m in METRICS))
     made = [Section("answer", f"Paired comparison against {summary.reference}", body),
+            *([_hypotheses_section(summary, out)] if summary.hypotheses else []),
             _arms_section(summary, arms)]
     runs = _unit_runs(summary)
     loss = loss_plot(summary, runs, out / "compare_loss.png")
