@@ -58,6 +58,19 @@ def test_bad_arm_is_a_user_error(bad: str, message: str) -> None:
 def test_duplicate_labels_are_refused() -> None:
     with pytest.raises(UserError, match="two arms"):
         parse_arms(["bf16", "bf16=preset:fp8_e4m3"])
+    # two labels that name one run directory ("/" -> "+", ":" -> "-")
+    with pytest.raises(UserError, match="share the run directory 'random_top@0.5-1'"):
+        parse_arms(["random_top@0.5:1", "random_top@0.5-1=layer_id@0.5"])
+
+
+def test_an_explicit_label_may_spell_a_default_label() -> None:
+    """A label may use the characters of default labels, so an arm with a modifier can carry
+    the label its plain spelling has (e.g. the one a hypotheses file names)."""
+    (a,) = parse_arm("random_top@0.875:1=random_top@0.875:1/every:140")
+    assert (a.label, a.every, a.top, a.dirname) == ("random_top@0.875:1", 140, 1,
+                                                    "random_top@0.875-1")
+    (b,) = parse_arm("snip/adaptive=snip@0.5/every:3")
+    assert (b.label, b.dirname) == ("snip/adaptive", "snip+adaptive")
 
 
 # -- statistics ---------------------------------------------------------------------------------

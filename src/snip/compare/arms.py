@@ -49,7 +49,7 @@ _ADAPTIVE = re.compile(r"^(?P<method>[a-z_]+)@(?P<budget>[0-9.]+)(?:x(?P<draws>[
                        r"(?::(?P<top>[0-9]+))?(?P<mods>(?:/[a-z]+(?::[0-9]+)?)*)$")
 ONCE = 1_000_000_000  # precision.every of a plan-once arm: longer than any branch
 RANDOM_ORDERS = ("random", "random_top")
-_LABEL = re.compile(r"^[A-Za-z0-9_.@#+-]+$")
+_LABEL = re.compile(r"^[A-Za-z0-9_.@#+:/-]+$")  # what default labels use, too
 
 
 class Kind(enum.Enum):
@@ -138,7 +138,7 @@ def parse_arm(text: str) -> list[Arm]:
         label, spec = "", text
     if label and not _LABEL.match(label):
         raise UserError(f"--arm {text!r}: the label {label!r} may hold only letters, digits "
-                        "and . _ @ # + -")
+                        "and . _ @ # + - : /")
     if spec.startswith("preset:") or (not spec.startswith("plan:") and "@" not in spec):
         return [_preset_arm(label, spec.removeprefix("preset:"), text)]
     if spec.startswith("plan:"):
@@ -220,13 +220,17 @@ def _modifiers(text: str, method: str, arm: str) -> dict[str, Any]:
 
 
 def parse_arms(texts: list[str]) -> list[Arm]:
-    """All arms of the ``--arm`` values; labels must be unique."""
+    """All arms of the ``--arm`` values; labels, and the run directories they name, must be
+    unique."""
     arms = [a for t in texts for a in parse_arm(t)]
-    seen: set[str] = set()
+    seen: dict[str, str] = {}
     for a in arms:
-        if a.label in seen:
+        if a.label in seen.values():
             raise UserError(f"two arms are labelled {a.label!r}; name one with LABEL=...")
-        seen.add(a.label)
+        if a.dirname in seen:
+            raise UserError(f"arms {seen[a.dirname]!r} and {a.label!r} would share the run "
+                            f"directory {a.dirname!r}; rename one with LABEL=...")
+        seen[a.dirname] = a.label
     if not arms:
         raise UserError("give at least one --arm")
     return arms
