@@ -23,6 +23,12 @@ with a 32 x 32 MXFP4 quantizer call after each, and with a 32 x 32 ``clone`` aft
 op of the same size, the control); each round pairs the three, so the JSON's per-round
 differences say whether a quantizer call slows the GEMMs that follow it.
 
+``--floor`` splits the Function's own cost further, on a 16 x 16 -> 16 layer where the GEMMs
+cost next to nothing: ``nn.Linear``, a *minimal* Python ``autograd.Function`` doing the same three
+fp32 GEMMs (the floor any Python Function pays: ``apply``, ``save_for_backward``, the engine
+calling back into Python) and ``snip_fp32``, so ``snip_fp32 - minimal`` is snip's own Python
+per layer step (config, step counter, dispatch on specs, reshapes, the saved-bytes record).
+
 The overhead over ``linear`` is split into these parts in microseconds per layer step; the JSON
 keeps every round.  Figures are this machine's: its CPU flags and load are recorded.
 
@@ -30,6 +36,7 @@ Usage::
 
     PYTHONPATH=src python benchmarks/profile_layer_step.py            # ~2 minutes
     PYTHONPATH=src python benchmarks/profile_layer_step.py --models tiny-deep --presets mxfp4
+    PYTHONPATH=src python benchmarks/profile_layer_step.py --floor-only   # ~10 s: --floor alone
 """
 
 from __future__ import annotations
@@ -188,6 +195,42 @@ def probe_shape(k: int, n: int, rounds: int) -> dict[str, list[float]]:
     return times
 
 
+class MinimalLinearFn(torch.autograd.Function):
+    """``X W^T`` with its two backward GEMMs and nothing else: the floor of a Python Function."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x, w)
+        return x @ w.t()
+
+    @staticmethod
+    def backward(ctx, dy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x, w = ctx.saved_tensors
+        return dy @ w, dy.t() @ x
+
+
+FLOOR_SHAPE = (16, 16, 16)  # tokens, in, out: GEMMs of ~1 us, so the rest is per-call cost
+
+
+def floor_arms(presets: list[str], rounds: int) -> dict[str, list[float]]:
+    """CPU us per layer step (forward + backward) at :data:`FLOOR_SHAPE` of ``nn.Linear``, the
+    minimal Function, ``snip_fp32`` and each preset; ``rounds`` interleaved rounds."""
+    torch.manual_seed(0)
+    t, k, n = FLOOR_SHAPE
+    x, dy = torch.randn(t, k, requires_grad=True), torch.randn(t, n)
+    base = nn.Linear(k, n, bias=False)
+    arms: dict[str, Callable[[], object]] = {
+        "linear": layer_step(base, x, dy),
+        "minimal_function": lambda: MinimalLinearFn.apply(x, base.weight).backward(dy),
+        "snip_fp32": layer_step(QLinear.from_linear(base, "fp32"), x, dy),
+        **{p: layer_step(QLinear.from_linear(base, p), x, dy) for p in presets}}
+    times: dict[str, list[float]] = {a: [] for a in arms}
+    for _ in range(rounds):
+        for a, fn in arms.items():
+            times[a].append(cpu_us(fn, budget_s=0.1))
+    return times
+
+
 def print_table(model: str, layer: str, shape: tuple[int, int], res: dict) -> None:
     print(f"\n{model} {layer}: {TOKENS} tokens x {shape[0]} -> {shape[1]}, "
           f"nn.Linear step {res['linear_us']:.0f} us, snip_fp32 {res['snip_fp32_us']:.0f} us")
@@ -206,6 +249,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--probe", action="store_true",
                     help="also time the GEMMs alone vs with a small quantizer call after each")
+    ap.add_argument("--floor", action="store_true",
+                    help="also split the Function's cost at a 16x16 layer (see the docstring)")
+    ap.add_argument("--floor-only", action="store_true", help="--floor, and no model shapes")
     ap.add_argument("--out", type=Path,
                     default=Path("benchmarks/results/issue21/profile_layer_step.json"))
     args = ap.parse_args()
@@ -215,7 +261,15 @@ def main() -> None:
         "cpu": cpu_info(), "torch": torch.__version__, "threads": 1, "tokens": TOKENS,
         "clock": "process CPU time", "load_before": os.getloadavg(), "models": {}}
     print(run["cpu"]["summary"], f"load {run['load_before'][0]:.1f}")
-    for model in args.models:
+    if args.floor or args.floor_only:
+        times = floor_arms(args.presets, args.rounds)
+        med = {a: statistics.median(v) for a, v in times.items()}
+        run["floor"] = {"shape": list(FLOOR_SHAPE), "rounds": times, "median_us": med}
+        print(f"\nfloor, {FLOOR_SHAPE[0]} tokens x {FLOOR_SHAPE[1]} -> {FLOOR_SHAPE[2]}, CPU us "
+              f"per layer step (median of {args.rounds}), and minus the minimal Function:")
+        for a, v in med.items():
+            print(f"  {a:18s} {v:7.1f}  {v - med['minimal_function']:+7.1f}")
+    for model in [] if args.floor_only else args.models:
         run["models"][model] = {}
         for layer, shape in layer_shapes(model).items():
             res = profile_shape(*shape, args.presets, args.rounds)
