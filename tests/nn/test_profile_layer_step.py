@@ -52,3 +52,26 @@ def test_a_recorded_call_replays_the_layers_own_stream() -> None:
                                "rounding": "stochastic"}
     assert script.layer_shapes("w256") == {"attn": (256, 256), "ffn_up": (256, 704),
                                            "ffn_down": (704, 256)}
+
+
+def test_the_minimal_function_is_nn_linear_bit_for_bit_and_the_floor_times_every_arm() -> None:
+    """The floor's control must do nn.Linear's three GEMMs (same values and grads), so that its
+    time is the Python Function's cost alone. Tolerance: the same products, but autograd may
+    form the weight gradient in the other layout, and a BLAS kernel for another layout may sum
+    the 16 terms in another order: a few fp32 ulps of O(1) values on any CPU (assert_close's
+    fp32 defaults, rtol 1.3e-6 and atol 1e-5, allow that and nothing more)."""
+    torch.manual_seed(0)
+    base = nn.Linear(16, 16, bias=False)
+    x = torch.randn(16, 16, requires_grad=True)
+    dy = torch.randn(16, 16)
+    y = script.MinimalLinearFn.apply(x, base.weight)
+    y.backward(dy)
+    gx, gw = x.grad.clone(), base.weight.grad.clone()
+    x.grad = base.weight.grad = None
+    ref = base(x)
+    ref.backward(dy)
+    for got, want in ((y, ref), (gx, x.grad), (gw, base.weight.grad)):
+        torch.testing.assert_close(got, want)
+    times = script.floor_arms(["bf16"], rounds=1)
+    assert list(times) == ["linear", "minimal_function", "snip_fp32", "bf16"]
+    assert all(len(v) == 1 and v[0] > 0 for v in times.values())
