@@ -103,12 +103,13 @@ def collect(sweep_dir: Path, dest: Path, bases: tuple[Path, ...] = ()) -> int:
             copies += [(f, False) for pat in plain for f in sorted(branch.glob(pat))]
             copies += [(f, True) for pat in packed for f in sorted(branch.glob(pat))
                        if not f.name.endswith(("_cycle.json", "_damage.json"))]
+    copies = [(f, pack, f.relative_to(sweep_dir)) for f, pack in copies]
     for ckpt in bases:  # finished bases: their config and loss curve, as bases/s<seed>/
         if ckpt.is_dir():
-            copies += [(ckpt.parent.parent / n, True) for n in ("config.toml", "metrics.jsonl")]
-    for f, pack in copies:
-        rel = (Path("bases") / f.parent.name / f.name if f.parent.parent.name == "bases"
-               else f.relative_to(sweep_dir))
+            run = ckpt.parent.parent
+            copies += [(run / n, True, Path("bases") / run.name / n)
+                       for n in ("config.toml", "metrics.jsonl")]
+    for f, pack, rel in copies:
         target = dest / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         if pack:

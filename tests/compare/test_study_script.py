@@ -56,6 +56,23 @@ def test_collect_copies_results_plans_tables_and_damage(tmp_path: Path) -> None:
         b"{\"loss\": 1}\n"
 
 
+def test_collect_names_bases_by_seed_whatever_their_directory(tmp_path: Path) -> None:
+    """Stage 2 keeps its fp8 bases in ``bases_fp8``: they are collected as ``bases/s<seed>``
+    too (the directory's name decided it before, and any other name failed)."""
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / "sweep.json").write_text(json.dumps(
+        Sweep(bases=("b",), arms=tuple(parse_arms(["bf16"])), steps=1, out=str(sweep)).to_dict()))
+    base = tmp_path / "bases_fp8" / "s100"
+    (base / "checkpoints" / "step_000005").mkdir(parents=True)
+    (base / "metrics.jsonl").write_text("{}\n")
+    (base / "config.toml").write_text("c = 3\n")
+    dest = tmp_path / "dest"
+    assert script.collect(sweep, dest, (base / "checkpoints" / "step_000005",)) == 3
+    assert gzip.decompress((dest / "bases" / "s100" / "config.toml.gz").read_bytes()) == \
+        b"c = 3\n"
+
+
 def test_interrupted_base_stops_the_script_and_resumes(tmp_path: Path, ctrl_c_after) -> None:
     args = argparse.Namespace(bases="", out=str(tmp_path / "study"), seeds=[0, 1],
                               base_steps=12, steps=2, total_steps=14, warmup_steps=2,
