@@ -26,8 +26,9 @@ For a long study (`benchmarks/prereg/snip_study.md`): ``--bases-only --shard i/n
 n-th base (run n of them side by side), ``--hypotheses FILE`` declares the pre-registered
 hypotheses, and ``--collect DEST`` copies the small JSON of every branch (result, plans,
 sensitivity tables, damage maps, controller log, config) and the sweep's own files to DEST, so
-the committed results can be audited without the checkpoints; ``--restore SRC`` copies them back
-into OUT on a fresh machine, so that the study resumes after its finished branches.
+the committed results can be audited without the checkpoints; ``--restore SRC`` copies the
+complete units back into OUT on a fresh machine, so that the study resumes after them (a unit
+with a branch missing is rerun whole: its base is retrained, possibly on another CPU).
 """
 
 from __future__ import annotations
@@ -121,17 +122,31 @@ def collect(sweep_dir: Path, dest: Path, bases: tuple[Path, ...] = ()) -> int:
     return len(copies)
 
 
+def _partial_units(src: Path) -> set[str]:
+    """The unit directories (``b<i>_o<j>``) of the collected sweep in ``src`` that miss a
+    branch's result."""
+    sweep = load_sweep(src)
+    return {f"b{u[0]}_o{u[1]}" for u in sweep.units for a in sweep.arms
+            if not (sweep.run_dir(u, a) / RESULT_FILE).is_file()}
+
+
 def restore(src: Path, sweep_dir: Path) -> int:
     """The inverse of :func:`collect` for resuming on a fresh machine: copy the sweep
-    definition and every collected branch from ``src`` into ``sweep_dir``, unpacking ``.gz``,
-    so that ``snip compare --resume`` skips the finished branches. The bases are not restored
-    (no checkpoints are collected; the study's runner retrains them). A file already in
-    ``sweep_dir`` is never overwritten. Returns the number of files written."""
+    definition and the branches of every *complete* unit from ``src`` into ``sweep_dir``,
+    unpacking ``.gz``, so that ``snip compare --resume`` skips them. The bases are not restored
+    (no checkpoints are collected; the study's runner retrains them), so a unit with a branch
+    missing is not restored either: its base, retrained on another machine, need not have the
+    same bits (Stage 2's fp8 bases differ between an AMD EPYC and an Intel Xeon even with
+    ATen, oneDNN and MKL pinned to AVX2), and all branches of a unit must start from one base
+    to be paired. A file already in ``sweep_dir`` is never overwritten. Returns the number of
+    files written."""
+    partial = _partial_units(src)
     written = 0
     for f in sorted(src.rglob("*")):
         rel = f.relative_to(src)
         if not f.is_file() or rel.parts[0] == "bases" or (
-                len(rel.parts) == 1 and rel.name not in ("sweep.json", "hypotheses.json")):
+                len(rel.parts) == 1 and rel.name not in ("sweep.json", "hypotheses.json")) or (
+                rel.parts[0] == "runs" and rel.parts[1] in partial):
             continue
         packed = f.suffix == ".gz"
         target = sweep_dir / (rel.with_suffix("") if packed else rel)
@@ -140,6 +155,9 @@ def restore(src: Path, sweep_dir: Path) -> int:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(gzip.decompress(f.read_bytes()) if packed else f.read_bytes())
         written += 1
+    if partial:
+        print(f"restore: not restored, to be rerun whole from a retrained base: "
+              f"{', '.join(sorted(partial))}", file=sys.stderr)
     return written
 
 

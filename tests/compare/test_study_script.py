@@ -134,3 +134,24 @@ def test_restore_undoes_collect_without_bases_or_overwrites(tmp_path: Path) -> N
     assert got == {**files, "result.json": "mine"}  # unpacked, and nothing overwritten
     assert (fresh / "sweep.json").read_text() == definition
     assert not (fresh / "bases").exists()  # bases are retrained, not restored
+
+
+def test_restore_skips_a_unit_with_a_branch_missing(tmp_path: Path, capsys) -> None:
+    """A unit's branches must all start from one base; the bases are retrained on resuming
+    (perhaps on another CPU, with other bits), so only complete units come back."""
+    sweep = tmp_path / "sweep"
+    arms = parse_arms(["bf16", "low=preset:fp4_e2m1_tensor"])
+    definition = Sweep(bases=("b0", "b1"), arms=tuple(arms), steps=1, out=str(sweep))
+    sweep.mkdir()
+    (sweep / "sweep.json").write_text(json.dumps(definition.to_dict()))
+    for u in definition.units:
+        for a in arms:
+            definition.run_dir(u, a).mkdir(parents=True)
+            (definition.run_dir(u, a) / "result.json").write_text("{}")
+    (definition.run_dir((1, 0), arms[1]) / "result.json").unlink()
+    dest = tmp_path / "dest"
+    script.collect(sweep, dest)
+    fresh = tmp_path / "fresh"
+    assert script.restore(dest, fresh) == 3  # sweep.json and unit 0's two results
+    assert sorted(p.name for p in (fresh / "runs").iterdir()) == ["b0_o0"]
+    assert "b1_o0" in capsys.readouterr().err
