@@ -1,5 +1,7 @@
 """The per-call shortcuts of the fused path (issue 21) equal the PyTorch path bit for bit: the
-one-pass bf16 cast, and the tensor scales computed on numpy fp32 scalars instead of 1x1 tensors."""
+one-pass bf16 cast, and the tensor scales computed on numpy fp32 scalars instead of 1x1 tensors;
+and the per-call memos (numba's thread count, spec hashes, weight-tile specs) keep their
+meaning."""
 
 import numpy as np
 import pytest
@@ -75,3 +77,50 @@ def test_nvfp4_tensor_scale_scalars_equal_the_tensor_chain():
         mul, t_dec = fast._nvfp4_tensor_scale(np.float32(amax),
                                               np.float32(spec.element.max_normal))
         assert _same(mul, (s_enc * inv_elem).item()) and _same(t_dec, (1.0 / s_enc).item()), amax
+
+
+def test_thread_count_memo_follows_torch_and_size_in_every_thread(monkeypatch):
+    """numba's count is per thread and each thread remembers what it set: the memo must still
+    give a large tensor torch's count and a small one a single thread, in any thread."""
+    import threading
+
+    import numba
+
+    x_small, x_large = torch.randn(8, 32), torch.randn(8, 32)
+    before = torch.get_num_threads()
+    seen = {}
+
+    def run(tag):
+        monkeypatch.setattr(fast, "_PARALLEL_MIN", 1 << 20)
+        quantize(x_small, "mxfp4")
+        seen[tag, "small"] = numba.get_num_threads()
+        monkeypatch.setattr(fast, "_PARALLEL_MIN", 0)  # x_large now counts as large
+        quantize(x_large, "mxfp4")
+        seen[tag, "large"] = numba.get_num_threads()
+
+    try:
+        torch.set_num_threads(2)
+        run("main")
+        worker = threading.Thread(target=run, args=("worker",))
+        worker.start()
+        worker.join()
+    finally:
+        torch.set_num_threads(before)
+    want = max(1, min(2, numba.config.NUMBA_NUM_THREADS))
+    for tag in ("main", "worker"):
+        assert seen[tag, "small"] == 1 and seen[tag, "large"] == want
+
+
+def test_spec_hash_agrees_with_equality_and_weight_tiles_are_made_once():
+    from snip.formats import replace_spec
+
+    for name in ("mxfp4", "nvfp4", "fp8_e4m3_tile128", "bf16", "int8"):
+        spec = get_spec(name)
+        twin = replace_spec(spec)  # equal, another object
+        assert twin == spec and twin is not spec and hash(twin) == hash(spec)
+        assert hash(twin.element) == hash(spec.element)
+        assert {spec: 1}[twin] == 1
+        w = spec.for_weight()
+        assert w is spec.for_weight() and w == twin.for_weight()  # one tiled spec per spec
+        assert (w.scaling is fast.Scaling.BLOCK2D) == spec.weight_2d and not w.weight_2d
+    assert replace_spec("mxfp4", block=16) != get_spec("mxfp4")  # same name, not equal

@@ -60,6 +60,10 @@ class ElementFormat:
     emax: int = field(init=False)  # exponent of the largest binade (MX: emax_elem)
     emin: int = field(init=False)  # exponent of the smallest normal binade
 
+    def __hash__(self) -> int:
+        """The name's hash (equal formats have equal names; see ``QuantSpec.__hash__``)."""
+        return hash(self.name)
+
     def __post_init__(self) -> None:
         if self.kind is Kind.INT:
             if self.bits < 2:

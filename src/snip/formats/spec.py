@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 from dataclasses import dataclass
 
 from snip.errors import UserError
@@ -70,6 +71,12 @@ class QuantSpec:
     weight_2d: bool = False
     hadamard: int = 0
     hadamard_seed: int = 0
+
+    def __hash__(self) -> int:
+        """The name's hash (cached by ``str``): specs are dictionary keys of per-spec kernel
+        parameters on every quantizer call, and hashing all twelve fields cost ~1 us there.
+        Equal specs have equal names, so this agrees with ``==``."""
+        return hash(self.name)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "element", get_element(self.element))
@@ -123,7 +130,7 @@ class QuantSpec:
         """The spec to use on a weight operand (2-D tiles when ``weight_2d``)."""
         if not self.weight_2d:
             return self
-        return dataclasses.replace(self, scaling=Scaling.BLOCK2D, weight_2d=False)
+        return _tiled(self)
 
     def describe_scaling(self) -> str:
         if self.scaling is Scaling.NONE:
@@ -140,6 +147,13 @@ class QuantSpec:
             scale += " pow2"
         extra = f" (W {self.block}x{self.block})" if self.weight_2d else ""
         return f"{shape} {scale}{extra}"
+
+
+@functools.cache
+def _tiled(spec: QuantSpec) -> QuantSpec:
+    """``spec`` with 2-D weight tiles, made once per spec (a ``dataclasses.replace`` validates
+    every field again: several microseconds on each GEMM call)."""
+    return dataclasses.replace(spec, scaling=Scaling.BLOCK2D, weight_2d=False)
 
 
 def _p(name: str, element: str, scaling: Scaling = Scaling.TENSOR, **kw) -> QuantSpec:

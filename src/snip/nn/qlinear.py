@@ -152,8 +152,10 @@ class QLinear(nn.Linear):
         if not self.enabled or not x.is_floating_point():
             # an integer (or bool) input raises exactly the dtype error nn.Linear gives
             return F.linear(x, weight, self.bias)
-        if torch.compiler.is_compiling() and self.save is SaveMode.HP \
-                and getattr(self, "gemm", GemmImpl.EMULATED) is GemmImpl.EMULATED:
+        if not torch.compiler.is_compiling():
+            return self._eager(x, weight)
+        if self.save is SaveMode.HP and getattr(self, "gemm", GemmImpl.EMULATED) \
+                is GemmImpl.EMULATED:
             return self._traced(x, weight)
         return self._quantized(x, weight)
 
@@ -173,16 +175,21 @@ class QLinear(nn.Linear):
             self.__dict__["_cfg"] = (key, cfg)
         return cfg
 
-    @torch.compiler.disable
-    def _quantized(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        """The quantized call through the autograd Function, eagerly (under ``torch.compile``
-        for ``SaveMode.ENCODED`` and ``gemm="native"`` only: one graph break per call)."""
+    def _eager(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """The quantized call through the autograd Function, eagerly."""
         cfg = self._config(autocast_dtype(x)).at_step(self.step)
         self._step.add_(1)
         record = SavedBytes()
         y = quantized_linear(x, weight, self.bias, cfg, record)
-        self._saved = record
+        self.__dict__["_saved"] = record  # a plain attribute: skip nn.Module's __setattr__
         return y
+
+    @torch.compiler.disable
+    def _quantized(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """:meth:`_eager` under ``torch.compile`` for ``SaveMode.ENCODED`` and
+        ``gemm="native"`` (packed operands and FP8 codes are no op outputs): one graph break
+        per call."""
+        return self._eager(x, weight)
 
     def _traced(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """The quantized call as :mod:`snip.nn.ops` custom ops, for ``torch.compile`` to trace:
