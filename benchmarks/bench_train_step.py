@@ -20,10 +20,11 @@ are timed on their own; ``amortized_vs_fp32`` = (median step + median cycle / ev
 fp32 step, the cost of an average step over one re-plan period.
 
 Models: ``tiny-deep`` (dim 64, 6 blocks, 1024 tokens per step), ``small`` (dim 128, 4 blocks,
-4096 tokens) and ``w256`` (dim 256, 8 blocks, ffn 704, 4096 tokens; built through
-:class:`snip.models.ModelConfig`).  ``--compile`` adds, per model, ``torch.compile``-d arms (the
-fp32 baseline and some presets) against their eager selves, with the graph breaks and graphs
-Dynamo counted while compiling the first step (each quantized layer call is one break).
+4096 tokens), the larger named configs ``small-deep`` (dim 128, 8 blocks) and ``medium`` (dim
+256, 8 blocks, ffn 768), and ``w256`` (dim 256, 8 blocks, ffn 704, 4096 tokens; built through
+:class:`snip.models.ModelConfig`); ``--quick`` runs 1024 tokens per step.  ``--compile`` adds,
+per model, ``torch.compile``-d arms (the fp32 baseline and some presets) against their eager
+selves, with the graph breaks and graphs Dynamo counted while compiling the first step.
 
 Each thread count (``--threads 1 2``) is a separate pass.  The CPU model and flags, the load
 average before and after, and every per-round time are written to
@@ -73,8 +74,10 @@ def model_config(name: str) -> ModelConfig:
 
 
 # model -> (batch, seq): tokens per step (the table); --quick: 1024 tokens each
-SHAPES = {"tiny-deep": (8, 128), "small": (16, 256), "w256": (16, 256)}
-QUICK_SHAPES = {"tiny-deep": (8, 128), "small": (4, 256), "w256": (4, 256)}
+SHAPES = {"tiny-deep": (8, 128), "small": (16, 256), "small-deep": (16, 256),
+          "medium": (16, 256), "w256": (16, 256)}
+QUICK_SHAPES = {"tiny-deep": (8, 128), "small": (4, 256), "small-deep": (4, 256),
+                "medium": (4, 256), "w256": (4, 256)}
 
 
 class Arm:
@@ -231,7 +234,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true",
                     help="3 rounds, 1024 tokens per step, 1 thread (~1-2 minutes)")
-    ap.add_argument("--models", nargs="+", default=["tiny-deep", "small", "w256"])
+    ap.add_argument("--models", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     ap.add_argument("--presets", nargs="+", default=PRESETS)
     ap.add_argument("--threads", nargs="+", type=int, default=None,
                     help="torch thread counts, one pass each (default: 1 2; --quick: 1)")

@@ -67,6 +67,8 @@ except ImportError:  # run as a script from the benchmarks directory
     from bench_train_step import PRESETS, SHAPES, model_config
 
 MODELS = list(SHAPES)  # bench_train_step's models, built by its model_config
+# profiled by default: one model per distinct set of layer shapes (small-deep has small's layers)
+DEFAULT_MODELS = ["tiny-deep", "small", "w256"]
 TOKENS = 1024
 SMALL = (32, 32)  # the operand that measures a call's fixed cost
 
@@ -244,7 +246,7 @@ def print_table(model: str, layer: str, shape: tuple[int, int], res: dict) -> No
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--models", nargs="+", default=MODELS, choices=MODELS)
+    ap.add_argument("--models", nargs="+", default=DEFAULT_MODELS, choices=MODELS)
     ap.add_argument("--presets", nargs="+", default=list(PRESETS))
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--probe", action="store_true",
