@@ -168,8 +168,8 @@ def exp2_int(k: torch.Tensor) -> torch.Tensor:
     """Exact fp32 ``2^k`` for integer ``k`` in [-149, 127], built from bits (no libm)."""
     k = k.to(torch.int32)
     normal = ((k.clamp(min=-126) + 127) * (1 << 23)).view(torch.float32)  # multiply: vectorizes
-    if bool((k >= -126).all()):
-        return normal
+    if not torch.compiler.is_compiling() and bool((k >= -126).all()):  # eager shortcut only:
+        return normal  # a data-dependent branch would stop torch.compile tracing this path
     sub = (torch.ones_like(k) << (k.clamp(-149, -127) + 149)).view(torch.float32)
     return torch.where(k >= -126, normal, sub)
 
