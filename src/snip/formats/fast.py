@@ -73,7 +73,11 @@ _LONG_BLOCK = 64  # blocks at least this long are rounded block by block (no bro
 
 
 _launched = False
-_PARALLEL_MIN = 1 << 20  # elements; below this one thread is faster than waking a second
+# elements from which a kernel uses torch's thread count (below: one thread).  2^20 protects a
+# loaded machine, where waking a second thread can cost more than a small tensor's work; on a
+# quiet one 2^16 makes a 2-thread training step 11-17 % faster (benchmarks/bench_parallel_min.py,
+# RESULTS §7e), so ``SNIP_PARALLEL_MIN`` lets a user who knows their machine choose.
+_PARALLEL_MIN = int(os.environ.get("SNIP_PARALLEL_MIN", str(1 << 20)))
 _set_here = threading.local()  # .n: the numba thread count this thread last set (thread-local)
 
 

@@ -1,0 +1,62 @@
+"""How many elements should a quantizer call have before its numba kernel uses a second thread?
+(issue 21, ``snip.formats.fast._PARALLEL_MIN``)
+
+Torch's GEMMs use every thread ``torch.set_num_threads`` allows; snip's quantizer kernels use
+them only from ``_PARALLEL_MIN`` elements up, because a parallel region wakes every thread and
+on a loaded machine the slowest wake-up can cost more than a small tensor's work.  This times
+fwd + bwd + AdamW steps of ``bench_train_step``'s models at 2 threads, plain fp32 against mxfp4
+and nvfp4 at three thresholds (2^20, 2^16, 2^14), all in one process with the thresholds
+interleaved per round (2 warm-up rounds, 8 timed; median wall ms and median per-round ratio to
+the fp32 step).  Run it on a quiet machine, then with a busy loop on one core at equal priority
+(``python3 -c "while True: pass" &``) for the loaded case.
+
+    PYTHONPATH=src python benchmarks/bench_parallel_min.py
+"""
+
+import statistics
+import sys
+
+import torch
+
+try:
+    from benchmarks.bench_train_step import Arm
+except ImportError:  # run as a script from the benchmarks directory
+    from bench_train_step import Arm
+from snip.formats import fast
+
+CASES = [("small", (4, 256)), ("small", (16, 256)), ("medium", (4, 256))]
+SETTINGS = [1 << 20, 1 << 16, 1 << 14]
+
+
+def main() -> None:
+    torch.set_num_threads(2)
+    for name, (b, t) in CASES:
+        g = torch.Generator().manual_seed(1)
+        tok = torch.randint(256, (b, t + 1), generator=g)
+        batch = (tok[:, :-1].contiguous(), tok[:, 1:].contiguous())
+        arms = {a: Arm(name, a, batch) for a in ("fp32", "mxfp4", "nvfp4")}
+        res: dict = {("fp32", 0): []}
+        for a in ("mxfp4", "nvfp4"):
+            for s in SETTINGS:
+                res[(a, s)] = []
+        for _ in range(2):
+            arms["fp32"].step()
+            for a in ("mxfp4", "nvfp4"):
+                for s in SETTINGS:
+                    fast._PARALLEL_MIN = s
+                    arms[a].step()
+        for r in range(8):
+            res[("fp32", 0)].append(arms["fp32"].step()[0])
+            for a in ("mxfp4", "nvfp4"):
+                for s in (SETTINGS if r % 2 == 0 else SETTINGS[::-1]):
+                    fast._PARALLEL_MIN = s
+                    res[(a, s)].append(arms[a].step()[0])
+        base = res[("fp32", 0)]
+        for k, v in res.items():
+            ratio = statistics.median(x / y for x, y in zip(v, base, strict=True))
+            print(name, b * t, k, f"{statistics.median(v) * 1e3:.1f} ms",
+                  f"ratio {ratio:.3f}", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
