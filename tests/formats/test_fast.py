@@ -360,3 +360,27 @@ def test_run_block_kernels_equal_scalar_rounding(k):
                                 f32(el.step), f32(1 / el.step), sr, *key)
                         assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), (
                             spec_name, xt.dtype, n, sr, base)
+
+
+@pytest.mark.parametrize("start", [0, 6, 7, (1 << 33) - 8, (1 << 33) + 2])
+def test_column_blocks_sr_rows_in_pairs_equal_torch_path(start, monkeypatch):
+    """Blocks along axis 0 with stochastic rounding round two rows per pair hash when the
+    counters allow it: same bits as the torch path for an even and an odd shard start (odd:
+    the row-by-row loop), a short odd last block (45 = 32 + 13 rows), more than one outer slice,
+    and starts whose pair counters cross 2^32 inside a block (the guard falls back) or lie
+    above it (a high word folded into the hash)."""
+    from snip.formats.scaling import RowShard
+
+    g = torch.Generator().manual_seed(11)
+    cases = [torch.randn(45, 70, generator=g), torch.randn(64, 33, generator=g),
+             torch.randn(45, 70, generator=g).bfloat16()]
+    for x in cases:
+        shard = RowShard(start, start + x.shape[0] + 64)
+        for preset in ("mxfp4", "nvfp4", "fp8_e4m3_tile128"):
+            a, b = both_paths(lambda x=x, p=preset, s=shard: quantize(
+                x, p, axis=0, rounding="stochastic", generator=5, shard=s), monkeypatch)
+            torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
+    x3 = torch.randn(3, 40, 24, generator=g)  # outer slices: blocks along the middle axis
+    a, b = both_paths(lambda: quantize(x3, "mxfp4", axis=1, rounding="stochastic",
+                                       generator=5), monkeypatch)
+    torch.testing.assert_close(a, b, rtol=0, atol=0)

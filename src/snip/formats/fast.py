@@ -728,6 +728,17 @@ if AVAILABLE:
             u = np.float32(_u16(base + j * stride, k0, k1))
             _st(os_, j, _sr_elem(_ld(xs, j), u, enc[j], dec[j], mbits, emin, emax, maxn))
 
+    @njit(inline="always", error_model="numpy")
+    def _sr_row_pair(x0, x1, o0, o1, enc, dec, t, half, lo0, k0, c, mbits, emin, emax, maxn):
+        """Stochastic rounding of two rows of a column-blocked matrix whose elements in column
+        ``i`` are the two halves of pair ``hi * 2^32 + lo0 + i * half + t`` (``c`` folds ``hi``):
+        one hash per column for both rows, in 32-bit arithmetic (it vectorizes), where the
+        row-by-row loop of :func:`_sr_span_vec` computes a 64-bit hash per element."""
+        for i in range(x0.shape[0]):
+            u0, u1 = _pair_coins(i * half + t, lo0, k0, c)
+            _st(o0, i, _sr_elem(_ld(x0, i), u0, enc[i], dec[i], mbits, emin, emax, maxn))
+            _st(o1, i, _sr_elem(_ld(x1, i), u1, enc[i], dec[i], mbits, emin, emax, maxn))
+
     @njit(error_model="numpy")
     def _any_span_vec(xs, os_, enc, dec, base, stride, is_int, mbits, emin, emax, maxn, step,
                       inv_step, sr, k0, k1):
@@ -937,7 +948,25 @@ if AVAILABLE:
             enc = np.empty(inner, np.float32)
             dec = np.empty(inner, np.float32)
             _scales(m, enc, dec, sfmt, pow2, emax_elem, maxn, mul, t_dec)
-            for li in range(l0, l1):
+            first = l0  # the rows not rounded as pairs below
+            base = c_off + o * inner * padded + l0  # SR counter of (o, column 0, row l0)
+            if sr and not is_int and base & 1 == 0 and padded & 1 == 0:
+                # rows l0 + 2t and l0 + 2t + 1 of column i have counters 2p and 2p + 1 of one
+                # pair p = base / 2 + i * padded / 2 + t: one 32-bit hash gives both coins, if
+                # every pair of the block shares the high word of the first
+                p0 = base >> 1
+                half = padded >> 1
+                npr = (l1 - l0) >> 1
+                if npr > 0 and (p0 & 0xFFFFFFFF) + (inner - 1) * half + npr - 1 < (1 << 32):
+                    lo0 = p0 & 0xFFFFFFFF
+                    c = k1 + (p0 >> 32) * SR_GOLDEN
+                    for t in range(npr):
+                        lo = (o * length + l0 + 2 * t) * inner
+                        _sr_row_pair(x[lo:lo + inner], x[lo + inner:lo + 2 * inner],
+                                     out[lo:lo + inner], out[lo + inner:lo + 2 * inner], enc,
+                                     dec, t, half, lo0, k0, c, mbits, emin, emax, maxne)
+                    first = l0 + 2 * npr
+            for li in range(first, l1):
                 lo = (o * length + li) * inner
                 _any_span_vec(x[lo:lo + inner], out[lo:lo + inner], enc, dec,
                               c_off + o * inner * padded + li, padded, is_int, mbits, emin, emax,

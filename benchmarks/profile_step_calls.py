@@ -1,0 +1,190 @@
+"""Where a whole quantized training step's time goes, call by call, measured inside the step
+(issue 21: the "rest" of RESULTS §7d).
+
+``profile_layer_step.py`` times one layer and each quantizer call on its own; this script asks
+what the same calls cost *inside* a model's training step, where the GEMMs, the autograd engine
+and the other layers run between them.  For one model and preset, in one process, 1 thread:
+
+1. **Split of the step** (CPU ms, medians over interleaved rounds): plain fp32; ``snip_fp32``
+   (converted, nothing quantized: snip's layer code alone); *replay*, the preset's step with
+   every ``quantize_operand`` call answered by the tensor that call returned in a recorded step
+   (the same GEMMs on the same quantized operands, no quantizer work); and the real step.
+   ``real - replay`` is what the quantizer calls cost in the step, ``replay - snip_fp32`` what
+   the quantized operands change elsewhere (the GEMMs, seeds), ``snip_fp32 - fp32`` the layer
+   code.
+2. **Each kind of call** (shape, axis, rounding): its wall time inside the step and that of its
+   numba kernel alone (``_fused_rows`` / ``_fused_cols`` wrapped), against the same call repeated
+   on its own on the same operand (warm caches), medians; per step, the sums.
+
+    PYTHONPATH=src python benchmarks/profile_step_calls.py --model tiny-deep --preset mxfp4
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+import snip.nn.gemm as gemm
+from snip.formats import fast
+
+try:
+    from benchmarks._util import cpu_info
+    from benchmarks.bench_train_step import SHAPES, Arm
+except ImportError:  # run as a script from the benchmarks directory
+    from _util import cpu_info
+    from bench_train_step import SHAPES, Arm
+
+_REAL = gemm.quantize_operand
+
+
+def _batch(model: str, tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+    seq = SHAPES[model][1] if model in SHAPES else 128
+    g = torch.Generator().manual_seed(1)
+    tok = torch.randint(256, (tokens // seq, seq + 1), generator=g)
+    return tok[:, :-1].contiguous(), tok[:, 1:].contiguous()
+
+
+def split(model: str, preset: str, tokens: int, rounds: int) -> dict[str, float]:
+    """Median CPU ms of fp32, snip_fp32, replay and real steps (interleaved rounds)."""
+    batch = _batch(model, tokens)
+    arms = {a: Arm(model, a, batch) for a in ("fp32", "snip_fp32")}
+    q = Arm(model, preset, batch)
+    recorded: list[torch.Tensor] = []
+    at = [0]
+
+    def record(*a, **k):
+        out = _REAL(*a, **k)
+        recorded.append(out)
+        return out
+
+    def replay(*a, **k):
+        out = recorded[at[0] % len(recorded)]
+        at[0] += 1
+        return out
+
+    def step(mode: str) -> float:
+        gemm.quantize_operand = replay if mode == "replay" else _REAL
+        at[0] = 0
+        try:
+            return q.step()[1]
+        finally:
+            gemm.quantize_operand = _REAL
+
+    gemm.quantize_operand = record
+    try:
+        q.step()
+    finally:
+        gemm.quantize_operand = _REAL
+    times: dict[str, list[float]] = {k: [] for k in ("fp32", "snip_fp32", "replay", "real")}
+    for r in range(rounds + 2):
+        for k in ("fp32", "snip_fp32"):
+            t = arms[k].step()[1]
+            if r >= 2:
+                times[k].append(t)
+        for m in (("real", "replay") if r % 2 == 0 else ("replay", "real")):
+            t = step(m)
+            if r >= 2:
+                times[m].append(t)
+    out = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+    out["calls_per_step"] = len(recorded)
+    return out
+
+
+def calls(model: str, preset: str, tokens: int, rounds: int) -> list[dict]:
+    """Per kind of quantizer call: in-step wall and kernel us, and alone (warm) us."""
+    arm = Arm(model, preset, _batch(model, tokens))
+    kernels = {"rows": fast._fused_rows, "cols": fast._fused_cols}
+    cur: dict = {}
+
+    def wrap(name):
+        f = kernels[name]
+
+        def w(*a):
+            t = time.perf_counter()
+            r = f(*a)
+            cur["kernel"] = time.perf_counter() - t
+            return r
+        return w
+
+    log: dict = collections.defaultdict(list)
+    sample: dict = {}
+
+    def timed(x, spec, axis, rounding, seed, tokens=None):
+        cur.clear()
+        t = time.perf_counter()
+        out = _REAL(x, spec, axis, rounding, seed, tokens)
+        key = (tuple(x.shape), spec.name, axis, rounding.value)
+        log[key].append((time.perf_counter() - t, cur.get("kernel", 0.0)))
+        sample[key] = (x.detach().clone(), spec, axis, rounding, seed, tokens)
+        return out
+
+    fast._fused_rows, fast._fused_cols = wrap("rows"), wrap("cols")
+    gemm.quantize_operand = timed
+    try:
+        for _ in range(2):
+            arm.step()
+        log.clear()
+        for _ in range(rounds):
+            arm.step()
+    finally:
+        fast._fused_rows, fast._fused_cols = kernels["rows"], kernels["cols"]
+        gemm.quantize_operand = _REAL
+    rows = []
+    for key, v in log.items():
+        x, spec, axis, rounding, seed, tok = sample[key]
+        alone = []
+        for _ in range(30):
+            t = time.perf_counter()
+            _REAL(x, spec, axis, rounding, seed, tok)
+            alone.append(time.perf_counter() - t)
+        rows.append({"shape": list(key[0]), "spec": key[1], "axis": key[2], "rounding": key[3],
+                     "per_step": len(v) / rounds,
+                     "in_step_us": statistics.median(a for a, _ in v) * 1e6,
+                     "kernel_in_step_us": statistics.median(k for _, k in v) * 1e6,
+                     "alone_us": statistics.median(alone[5:]) * 1e6})
+    rows.sort(key=lambda r: -r["in_step_us"] * r["per_step"])
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default="tiny-deep")
+    ap.add_argument("--preset", default="mxfp4")
+    ap.add_argument("--tokens", type=int, default=1024)
+    ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    info = cpu_info()
+    print(f"CPU: {info['summary']}; {args.model}, {args.preset}, {args.tokens} tokens, 1 thread")
+    sp = split(args.model, args.preset, args.tokens, args.rounds)
+    print("step, CPU ms: " + ", ".join(f"{k} {v:.1f}" for k, v in sp.items()
+                                        if k != "calls_per_step")
+          + f"; {sp['calls_per_step']} quantizer calls per step")
+    rows = calls(args.model, args.preset, args.tokens, max(3, args.rounds // 2))
+    print(f"{'shape':>12} {'axis':>4} {'rounding':>10} {'/step':>5} {'in step':>9} "
+          f"{'kernel':>8} {'alone':>8}  (us)")
+    for r in rows:
+        print(f"{str(tuple(r['shape'])):>12} {r['axis']:>4} {r['rounding']:>10} "
+              f"{r['per_step']:5.0f} {r['in_step_us']:9.1f} {r['kernel_in_step_us']:8.1f} "
+              f"{r['alone_us']:8.1f}")
+    tot = {k: sum(r[k] * r["per_step"] for r in rows) / 1e3
+           for k in ("in_step_us", "kernel_in_step_us", "alone_us")}
+    print(f"per step, ms: in step {tot['in_step_us']:.1f} "
+          f"(kernels {tot['kernel_in_step_us']:.1f}), alone {tot['alone_us']:.1f}")
+    if args.out:
+        args.out.write_text(json.dumps({"command": " ".join(sys.argv), "cpu": info,
+                                        "torch": torch.__version__, "split_ms": sp,
+                                        "calls": rows, "per_step_ms": tot}, indent=1))
+        print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
