@@ -1286,14 +1286,10 @@ class _BufferCache:
 _buffers = _BufferCache(int(float(os.environ.get("SNIP_BUFFER_CACHE_MB", "1024")) * (1 << 20)))
 
 
-def empty(shape: torch.Size | tuple[int, ...], dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """An uninitialised CPU tensor, recycled from snip's output-buffer cache when large."""
-    return _buffers.empty(torch.Size(shape), dtype)
-
-
 def empty_like(x: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
-    """:func:`empty` of ``x``'s shape (contiguous), and of its dtype unless ``dtype`` is given:
-    a small one from ``torch.empty_like`` (a third of ``torch.empty``'s per-call cost)."""
+    """An uninitialised CPU tensor of ``x``'s shape (contiguous) and dtype (or ``dtype``):
+    recycled from snip's output-buffer cache when large, else from ``torch.empty_like`` (a
+    third of ``torch.empty``'s per-call cost)."""
     dtype = dtype or x.dtype
     if _buffers.limit > 0 and x.numel() * dtype.itemsize >= _CACHE_MIN:
         return _buffers.empty(x.shape, dtype)
