@@ -10,6 +10,8 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import pytest
+
 # Inductor's on-disk cache does not keep apart the kernels it builds under different
 # ATEN_CPU_CAPABILITY settings: a run pinned to avx2 after an unpinned one (`make test` does
 # that) loads the other's kernels and computes wrong values, and the next unpinned run can
@@ -19,9 +21,7 @@ _CAPABILITY = os.environ.get("ATEN_CPU_CAPABILITY") or "native"
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(
     tempfile.gettempdir(), f"torchinductor_snip_{_CAPABILITY}"))
 
-import pytest  # noqa: E402 (after the cache directory above)
-
-from snip.train.metrics import MetricsLog  # noqa: E402
+from snip.train.metrics import MetricsLog  # noqa: E402 (imports torch: after the cache directory)
 
 
 @pytest.fixture(scope="session")
