@@ -12,6 +12,12 @@ round.  Both clocks are kept: wall time, and this process's CPU time (``time.pro
 which at 1 thread is the load-insensitive figure on a shared machine (at 2 threads it includes
 OpenMP spin-waits).
 
+``--auto`` adds, for every preset, the arm ``<preset>@auto``: the same conversion with
+``accum="auto"``, i.e. bf16 GEMMs (fp32 accumulation, bf16 output) where the CPU multiplies
+bf16 natively (AMX / AVX512-BF16) and fp32 GEMMs elsewhere; the operands are made in bf16 by the
+quantizers themselves.  It is not the default (the output rounding differs, and with it the
+bits of a run between CPU kinds): it is what a user of a bf16-capable CPU can choose.
+
 ``snip_adaptive`` is SNIP as ``snip train`` runs it by default (``precision.mode adaptive``,
 the trainer's controller with every default: candidates fp8_e4m3_tile128 / fp4_e2m1_tile128,
 budget 0.75, a statistics cycle every ``precision.every`` = 100 steps): its rounds time a step in
@@ -52,6 +58,7 @@ from torch._dynamo.utils import counters
 
 from snip.models import ModelConfig, build_model, get_config
 from snip.nn import convert
+from snip.nn.gemm import bf16_gemm_native
 from snip.train.config import DEFAULT_PRESET, PrecisionSection
 from snip.train.precision import make_controller
 
@@ -88,10 +95,11 @@ class Arm:
         torch.manual_seed(0)
         model = build_model(model_config(model_name))
         self.autocast = arm == "bf16_autocast"
+        preset, _, accum = arm.partition("@")  # "<preset>@auto": accum="auto"
         if arm == "snip_fp32":  # converted, all GEMMs fp32: the cost of the layer itself
             convert(model, "fp32")
         elif arm not in ("fp32", "bf16_autocast"):
-            convert(model, arm)
+            convert(model, preset, accum=accum or "fp32")
         self.model = model
         self.fwd: Callable = torch.compile(model) if compiled else model
         self.opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -183,9 +191,12 @@ def batch_for(model_name: str) -> tuple[torch.Tensor, torch.Tensor]:
     return tok[:, :-1].contiguous(), tok[:, 1:].contiguous()
 
 
-def bench_model(name: str, rounds: int, warmup: int, presets: list[str]) -> dict:
+def bench_model(name: str, rounds: int, warmup: int, presets: list[str],
+                auto: bool = False) -> dict:
     batch = batch_for(name)
-    arms = {a: Arm(name, a, batch) for a in ["fp32", "bf16_autocast", "snip_fp32", *presets]}
+    names = ["fp32", "bf16_autocast", "snip_fp32", *presets]
+    names += [p + "@auto" for p in presets] if auto else []
+    arms = {a: Arm(name, a, batch) for a in names}
     arms["snip_adaptive"] = adaptive = AdaptiveArm(name, batch)
     res = interleaved(arms, rounds, warmup)
     b, t = SHAPES[name]
@@ -240,6 +251,8 @@ def main() -> None:
                     help="torch thread counts, one pass each (default: 1 2; --quick: 1)")
     ap.add_argument("--rounds", type=int, default=0, help="timed rounds (0: 5 quick, 15 full)")
     ap.add_argument("--compile", action="store_true", help="add compiled-vs-eager arms")
+    ap.add_argument("--auto", action="store_true",
+                    help='add every preset with accum="auto" (bf16 GEMMs where native)')
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     rounds = args.rounds or (3 if args.quick else 11)
@@ -253,13 +266,15 @@ def main() -> None:
         "command": "python benchmarks/bench_train_step.py " + " ".join(sys.argv[1:]),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "torch": torch.__version__,
         "cpu": info, "snip_fast": os.environ.get("SNIP_FAST", "1"), "rounds": rounds,
+        "bf16_gemm_native": bf16_gemm_native(),
         "loadavg_before": os.getloadavg(), "runs": {}}
-    print(f"CPU: {info['summary']}; load {os.getloadavg()}")
+    print(f"CPU: {info['summary']}; bf16 GEMMs native: {bf16_gemm_native()}; "
+          f"load {os.getloadavg()}")
     for threads in args.threads or ([1] if args.quick else [1, 2]):
         torch.set_num_threads(threads)
         run: dict = {"models": {}, "compiled": {}}
         for name in args.models:
-            run["models"][name] = bench_model(name, rounds, warmup, args.presets)
+            run["models"][name] = bench_model(name, rounds, warmup, args.presets, args.auto)
             print_table(f"{name} ({run['models'][name]['tokens_per_step']} tokens/step), "
                         f"{threads} thread(s)", run["models"][name]["arms"])
             ad = run["models"][name]["adaptive"]

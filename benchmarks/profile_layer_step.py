@@ -104,10 +104,10 @@ def recorded_calls(step: Callable[[], object]) -> list[Call]:
     calls: list[Call] = []
     real = gemm.quantize_operand
 
-    def spy(x, spec, axis, rounding, seed, tokens=None):
+    def spy(x, spec, axis, rounding, seed, tokens=None, bf16=False):
         if not spec.is_identity:
             calls.append(Call(tuple(x.shape), spec, axis, rounding, seed))
-        return real(x, spec, axis, rounding, seed, tokens)
+        return real(x, spec, axis, rounding, seed, tokens, bf16=bf16)
 
     gemm.quantize_operand = spy
     try:

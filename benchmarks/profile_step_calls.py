@@ -116,13 +116,13 @@ def calls(model: str, preset: str, tokens: int, rounds: int) -> list[dict]:
     log: dict = collections.defaultdict(list)
     sample: dict = {}
 
-    def timed(x, spec, axis, rounding, seed, tokens=None):
+    def timed(x, spec, axis, rounding, seed, tokens=None, bf16=False):
         cur.clear()
         t = time.perf_counter()
-        out = _REAL(x, spec, axis, rounding, seed, tokens)
+        out = _REAL(x, spec, axis, rounding, seed, tokens, bf16=bf16)
         key = (tuple(x.shape), spec.name, axis, rounding.value)
         log[key].append((time.perf_counter() - t, cur.get("kernel", 0.0)))
-        sample[key] = (x.detach().clone(), spec, axis, rounding, seed, tokens)
+        sample[key] = (x.detach().clone(), spec, axis, rounding, seed, tokens, bf16)
         return out
 
     fast._fused_rows, fast._fused_cols = wrap("rows"), wrap("cols")
@@ -138,11 +138,11 @@ def calls(model: str, preset: str, tokens: int, rounds: int) -> list[dict]:
         gemm.quantize_operand = _REAL
     rows = []
     for key, v in log.items():
-        x, spec, axis, rounding, seed, tok = sample[key]
+        x, spec, axis, rounding, seed, tok, bf16 = sample[key]
         alone = []
         for _ in range(30):
             t = time.perf_counter()
-            _REAL(x, spec, axis, rounding, seed, tok)
+            _REAL(x, spec, axis, rounding, seed, tok, bf16=bf16)
             alone.append(time.perf_counter() - t)
         rows.append({"shape": list(key[0]), "spec": key[1], "axis": key[2], "rounding": key[3],
                      "per_step": len(v) / rounds,

@@ -124,3 +124,39 @@ def test_spec_hash_agrees_with_equality_and_weight_tiles_are_made_once():
         assert w is spec.for_weight() and w == twin.for_weight()  # one tiled spec per spec
         assert (w.scaling is fast.Scaling.BLOCK2D) == spec.weight_2d and not w.weight_2d
     assert replace_spec("mxfp4", block=16) != get_spec("mxfp4")  # same name, not equal
+
+
+def _same_bf16(got: torch.Tensor, want: torch.Tensor) -> None:
+    """Equal bf16 bit patterns, NaN wherever the other is NaN (payloads are not the contract)."""
+    assert got.dtype == want.dtype == torch.bfloat16
+    nan = torch.isnan(want)
+    assert torch.equal(torch.isnan(got), nan)
+    assert torch.equal(got[~nan].view(torch.int16), want[~nan].view(torch.int16))
+
+
+@pytest.mark.parametrize("n", [77, 300 * 77, 1 << 21])
+def test_round_bf16_into_bf16_is_the_fp32_result_cast(n):
+    x = _edge_values().reshape(-1)
+    x[5] = float("nan")
+    x = x.repeat(-(-n // x.numel()))[:n].contiguous()
+    _same_bf16(fast.round_bf16(x, torch.bfloat16), fast.round_bf16(x).bfloat16())
+
+
+# every kind of fused kernel: row blocks of 16/32 (compile-time sizes) and others, column
+# blocks, 2-D tiles, one tensor scale, NVFP4's two-level scales
+@pytest.mark.parametrize("preset", ["mxfp4", "mxfp8_e4m3", "nvfp4", "fp4_e2m1_tile128",
+                                    "fp8_e4m3", "fp8_e4m3_tile128", "fp4_e2m1_tensor", "int4_g32",
+                                    "fp8_e4m3_row", "mxfp8_e4m3_rceil"])
+@pytest.mark.parametrize("axis", [-1, 0])
+@pytest.mark.parametrize("rounding", ["rne", "stochastic"])
+def test_quantize_into_bf16_is_the_fp32_result_cast(preset, axis, rounding):
+    """``quantize(x, dtype=bf16)`` stores in the kernel's own pass what casting the fp32 result
+    gives: the same fp32 values, rounded to bf16 by the same rule as torch's cast."""
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(96, 160, generator=g) * torch.logspace(-30, 30, 160)
+    x[3, 7], x[50, 0] = float("nan"), float("inf")
+    spec = get_spec(preset)
+    specs = [spec] + ([spec.for_weight()] if spec.weight_2d and rounding == "rne" else [])
+    for s in specs:  # activations' 1-D blocks, and weights' 2-D tiles (fused for RNE)
+        kw = {"axis": axis, "rounding": rounding, "generator": 9}
+        _same_bf16(quantize(x, s, dtype=torch.bfloat16, **kw), quantize(x, s, **kw).bfloat16())

@@ -288,3 +288,31 @@ def test_bf16_gemm_differs_from_fp32_only_by_output_rounding():
     ulp = ref.abs().clamp(min=1e-30) * 2.0**-8
     scale = (a.abs().double() @ b.abs().double()) * 2.0**-20  # cancellation: summation error
     assert ((got - ref).abs() <= 2 * ulp + scale).all()
+
+
+@pytest.mark.parametrize("preset", ["bf16", "fp8_e4m3", "fp8_e4m3_tile128", "mxfp8_e4m3",
+                                    "mxfp4", "nvfp4", "fp4_e2m1_tile128", "fp4_e2m1_tensor"])
+def test_bf16_gemm_operands_made_in_bf16_change_no_bit(preset, monkeypatch):
+    """With bf16 GEMMs every quantized operand is made in bf16 by the quantizer itself (one pass,
+    half the bytes): output and gradients equal, bit for bit, those of fp32 operands that the
+    GEMM casts to bf16 (the path before the shortcut)."""
+    import snip.nn.gemm as gemm
+
+    dtypes = []
+    real = gemm.quantize_operand
+
+    def spy(*a, **k):
+        out = real(*a, **k)
+        dtypes.append(out.dtype if not a[1].is_identity else None)
+        return out
+
+    monkeypatch.setattr(gemm, "quantize_operand", spy)
+    data = _data(seed=2, shape=(2, 32, K))
+    got = _run(preset, data=data, seed=5, accum=Accum.BF16)
+    assert dtypes and set(dtypes) == {torch.bfloat16}  # the shortcut was taken
+    monkeypatch.setattr(gemm, "bf16_operands", lambda accum, device: False)
+    dtypes.clear()
+    want = _run(preset, data=data, seed=5, accum=Accum.BF16)
+    assert set(dtypes) == {torch.float32}
+    for a, b in zip(got, want, strict=True):
+        assert torch.equal(a, b)

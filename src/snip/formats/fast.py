@@ -1193,24 +1193,44 @@ def quantize_blocks(
 
 if AVAILABLE:
 
-    @njit(parallel=True, cache=True, error_model="numpy")
-    def _bf16_rows(x, out, chunk):
+    @njit(inline="always", error_model="numpy")
+    def _bf16_bits(b):
         """fp32 bits -> fp32 bits of the nearest bf16 (ties to even), saturating at the bf16
         maximum (infinities too); NaN becomes 0xFFFF0000, the NaN torch's vectorized conversion
         writes (its scalar tail writes 0x7FC00000: NaN payloads are not part of the contract)."""
+        a = b & np.uint32(0x7FFFFFFF)
+        r = (b + np.uint32(0x7FFF) + ((b >> np.uint32(16)) & np.uint32(1))) \
+            & np.uint32(0xFFFF0000)
+        sat = (b & np.uint32(0x80000000)) | np.uint32(0x7F7F0000)
+        r = sat if a > np.uint32(0x7F7F0000) else r
+        return np.uint32(0xFFFF0000) if a > np.uint32(0x7F800000) else r
+
+    @njit(parallel=True, cache=True, error_model="numpy")
+    def _bf16_rows(x, out, chunk):
+        """:func:`_bf16_bits` of every element (``out``: uint32, fp32 bits; or uint16, the bf16
+        bits themselves)."""
         n = x.shape[0]
         nc = (n + chunk - 1) // chunk
         for c in prange(nc):
             xs = x[c * chunk:min(n, (c + 1) * chunk)]
             os_ = out[c * chunk:min(n, (c + 1) * chunk)]
             for i in range(xs.shape[0]):
-                b = xs[i]
-                a = b & np.uint32(0x7FFFFFFF)
-                r = (b + np.uint32(0x7FFF) + ((b >> np.uint32(16)) & np.uint32(1))) \
-                    & np.uint32(0xFFFF0000)
-                sat = (b & np.uint32(0x80000000)) | np.uint32(0x7F7F0000)
-                r = sat if a > np.uint32(0x7F7F0000) else r
-                os_[i] = np.uint32(0xFFFF0000) if a > np.uint32(0x7F800000) else r
+                _st_bits(os_, i, _bf16_bits(xs[i]))
+
+    def _st_bits(a, i, r):  # pragma: no cover - replaced by the overload below
+        raise NotImplementedError
+
+    @overload(_st_bits, inline="always")
+    def _st_bits_impl(a, i, r):
+        """Store fp32 bits ``r`` whose low half is zero: as they are, or (uint16) the high half."""
+        if a.dtype == types.uint16:
+            def st16(a, i, r):
+                a[i] = np.uint16(r >> np.uint32(16))
+            return st16
+
+        def st32(a, i, r):
+            a[i] = r
+        return st32
 
 
 def bf16_roundable(x: torch.Tensor, spec: QuantSpec, rounding: Rounding) -> bool:
@@ -1220,13 +1240,16 @@ def bf16_roundable(x: torch.Tensor, spec: QuantSpec, rounding: Rounding) -> bool
             and x.device.type == "cpu" and enabled())
 
 
-def round_bf16(x: torch.Tensor) -> torch.Tensor:
+def round_bf16(x: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """``cast(x, "bf16")`` of an fp32 CPU tensor (saturating, round to nearest even) in one pass:
-    the torch path's clamp, bf16 conversion, conversion back and clamp, bit for bit."""
+    the torch path's clamp, bf16 conversion, conversion back and clamp, bit for bit; returned
+    in ``dtype`` (fp32, or bf16: the same numbers in half the bytes)."""
     _follow_torch_threads(x.numel())
     x = x.contiguous()
-    out = empty_like(x, torch.float32)
-    _bf16_rows(_np(x).view(np.uint32), _np(out).view(np.uint32), _CHUNK * 4)
+    out = empty_like(x, dtype)
+    os_ = _np(out)
+    _bf16_rows(_np(x).view(np.uint32), os_ if dtype == torch.bfloat16 else os_.view(np.uint32),
+               _CHUNK * 4)
     return out
 
 
@@ -1405,8 +1428,10 @@ def _nvfp4_tensor_scale(x_amax: np.float32, maxn: np.float32) -> tuple[np.float3
 
 def quantize_fused(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Rounding,
                    generator: torch.Generator | None,
-                   counters: Counters = DEFAULT_COUNTERS) -> torch.Tensor:
-    """``quantize(x, spec, axis=axis)`` in one output allocation and (mostly) one pass.
+                   counters: Counters = DEFAULT_COUNTERS,
+                   dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``quantize(x, spec, axis=axis).to(dtype)`` in one output allocation and (mostly) one
+    pass (``dtype``: fp32 or bf16, default ``x``'s).
 
     Same bits as the PyTorch path: the block scales follow :mod:`snip.formats.scaling`
     operation for operation, the SR coin is :func:`snip.formats.cast.counter_uniforms` of the
@@ -1419,7 +1444,7 @@ def quantize_fused(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Roundi
     x = x.contiguous()
     fmt = spec.element
     axis %= x.dim()
-    out = empty_like(x)
+    out = empty_like(x, dtype)
     xs, os_ = _np(x), _np(out)
     sr = rounding is Rounding.STOCHASTIC
     k0, k1 = draw_key(generator) if sr else (0, 0)

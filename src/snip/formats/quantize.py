@@ -159,20 +159,23 @@ def quantize(
     rounding: Rounding | str | None = None,
     generator: torch.Generator | int | None = None,
     shard: RowShard | None = None,
+    dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
     """Fake-quantize ``x`` (quantize, then dequantize) with a preset name or ``QuantSpec``.
 
     Scales are shared along ``axis`` (the GEMM contraction axis); ``rounding`` overrides the
     spec's rounding; ``generator`` (or an int seed) drives stochastic rounding.  ``shard``
     (a :class:`~snip.formats.scaling.RowShard`) says that ``x`` is some rows of a larger tensor:
-    stochastic rounding then draws the coins the larger tensor draws at those rows.  If ``x``
-    requires grad, the result does too, with a straight-through gradient (identity).
+    stochastic rounding then draws the coins the larger tensor draws at those rows.  ``dtype``:
+    the result's dtype (default ``x``'s); the values are those of ``x``'s dtype converted to it
+    (fp32 input to bf16: stored rounded in the same pass, for a bf16 GEMM).  If ``x`` requires
+    grad, the result does too, with a straight-through gradient (identity).
     """
     if x.requires_grad and torch.is_grad_enabled():
         q = quantize(x.detach(), spec, axis=axis, rounding=rounding, generator=generator,
-                     shard=shard)
+                     shard=shard, dtype=dtype)
         return _StraightThrough.apply(x, q)
-    return _quantize(x, spec, axis, rounding, generator, shard)
+    return _quantize(x, spec, axis, rounding, generator, shard, dtype)
 
 
 def _quantize(
@@ -182,9 +185,26 @@ def _quantize(
     rounding: Rounding | str | None,
     generator: torch.Generator | int | None,
     shard: RowShard | None = None,
+    dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
     x = x.detach()
     spec, mode, gen = _resolve(x, spec, rounding, generator)
+    dtype = dtype or x.dtype
+    if dtype in _FUSED_OUT and x.dtype == torch.float32 and x.numel() > 0:  # one pass
+        if fast.bf16_roundable(x, spec, mode):
+            return fast.round_bf16(x, dtype)
+        if fast.fusable(x, spec, mode):
+            return fast.quantize_fused(x, spec, axis, mode, gen, _counters(
+                lambda: BlockLayout.of(x, spec, axis), mode, shard), dtype)
+    return _quantize_as(x, spec, axis, mode, gen, shard).to(dtype)
+
+
+_FUSED_OUT = (torch.float32, torch.bfloat16)  # what the fused kernels store from fp32 input
+
+
+def _quantize_as(x: torch.Tensor, spec: QuantSpec, axis: int, mode: Rounding,
+                 gen: torch.Generator | None, shard: RowShard | None) -> torch.Tensor:
+    """:func:`quantize` in ``x``'s dtype, with the spec, rounding and generator resolved."""
     if x.numel() == 0 or spec.is_identity and x.dtype == torch.float32:
         return x.clone()
     if spec.scaling is Scaling.NONE:

@@ -193,16 +193,28 @@ def operand_seed(seed: int, step: int, gemm: Gemm, operand: Operand) -> int:
 
 
 def quantize_operand(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Rounding,
-                     seed: int, tokens: RowShard | None = None) -> torch.Tensor:
+                     seed: int, tokens: RowShard | None = None,
+                     bf16: bool = False) -> torch.Tensor:
     """Fake-quantize one GEMM operand in fp32 (identity specs pass the fp32 tensor through).
-    ``tokens``: for a token-major operand (``X``, ``dY``), its rows' place in the whole batch."""
+    ``tokens``: for a token-major operand (``X``, ``dY``), its rows' place in the whole batch.
+    ``bf16``: the operand of a bf16 GEMM (:func:`bf16_operands`), returned as the bf16 tensor
+    the GEMM would cast it to, in the quantizer's own pass."""
     x = x.float()
     if spec.is_identity:
         return x
+    out = torch.bfloat16 if bf16 else torch.float32
     if fast.bf16_roundable(x, spec, rounding):  # the bf16 preset: one pass, no block layout
-        return fast.round_bf16(x)
+        return fast.round_bf16(x, out)
     gen = seed if rounding is Rounding.STOCHASTIC else None
-    return quantize(x, spec, axis=axis, rounding=rounding, generator=gen, shard=tokens)
+    return quantize(x, spec, axis=axis, rounding=rounding, generator=gen, shard=tokens,
+                    dtype=out)
+
+
+def bf16_operands(accum: Accum, device: torch.device) -> bool:
+    """Whether the GEMMs multiply bf16 operands (``Accum.BF16``, or ``AUTO`` where bf16 GEMMs
+    are native): then every quantized operand is made in bf16 directly (same values as the
+    fp32 one cast to bf16, one pass and half the bytes fewer)."""
+    return accum is Accum.BF16 or (accum is Accum.AUTO and bf16_gemm_native(device))
 
 
 def _seed(cfg: GemmConfig, gemm: Gemm, operand: Operand, rounding: Rounding) -> int:
@@ -294,6 +306,7 @@ class _Saved:
         self.w_quantized = False
         self.x_quantized = False  # x is already Q_wgrad(X) (reused from fprop)
         self.dy: tuple[QuantSpec, Fp8Operand] | None = None  # native: dY codes shared by GEMMs
+        self.bf16 = False  # the emulated GEMMs take bf16 operands (bf16_operands)
 
     def keep(self, name: str, value: torch.Tensor | QTensor, *, weight: bool,
              counted: bool = True) -> None:
@@ -312,6 +325,7 @@ class _Saved:
         ctx.w_quantized = self.w_quantized
         ctx.x_quantized = self.x_quantized
         ctx.native = self.native
+        ctx.bf16 = self.bf16
         self.x = self.w = None
 
     @classmethod
@@ -322,6 +336,7 @@ class _Saved:
         saved.x, saved.w = px if tx is None else tx, pw if tw is None else tw
         saved.w_quantized = ctx.w_quantized
         saved.x_quantized = ctx.x_quantized
+        saved.bf16 = ctx.bf16
         return saved
 
 
@@ -339,19 +354,20 @@ def _fprop_weight(weight: torch.Tensor, saved: _Saved, keep: bool) -> torch.Tens
         seed = operand_seed(cfg.seed, cfg.step, Gemm.FPROP, Operand.WEIGHT)
     else:
         seed = _seed(cfg, Gemm.FPROP, Operand.WEIGHT, f.rounding)
+    bf16 = saved.bf16
     if not keep:
-        return quantize_operand(weight, f, -1, f.rounding, seed)
+        return quantize_operand(weight, f, -1, f.rounding, seed, bf16=bf16)
     if d.is_identity:
         saved.keep("weight", weight, weight=True, counted=False)
-        return quantize_operand(weight, f, -1, f.rounding, seed)
+        return quantize_operand(weight, f, -1, f.rounding, seed, bf16=bf16)
     reuse = _dgrad_takes_fprop_weight(s, saved.native)
     if cfg.save is SaveMode.ENCODED:
         dseed = seed if reuse else operand_seed(cfg.seed, cfg.step, Gemm.DGRAD, Operand.WEIGHT)
         qt = encode_operand(weight, d, 0, d.rounding, dseed)
         saved.keep("weight_dgrad", qt, weight=True)
-        return qt.dequantize(torch.float32) if reuse else quantize_operand(weight, f, -1,
-                                                                           f.rounding, seed)
-    wq = quantize_operand(weight, f, -1, f.rounding, seed)
+        return qt.dequantize(torch.float32) if reuse else quantize_operand(
+            weight, f, -1, f.rounding, seed, bf16=bf16)
+    wq = quantize_operand(weight, f, -1, f.rounding, seed, bf16=bf16)
     if reuse:
         saved.keep("weight_q", wq, weight=True)
         saved.w_quantized = True
@@ -384,12 +400,13 @@ def linear_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
     with _no_autocast(x.device):
         x2 = x.reshape(-1, x.shape[-1])
         saved = _Saved(cfg, native)
+        saved.bf16 = bf16_operands(cfg.accum, x.device)
         y = _native_fprop(x2, weight, bias, saved, needs_backward) if native else None
         if y is None:
             wq = _fprop_weight(weight, saved, needs_backward)
             f = cfg.specs.fprop
             xseed = _seed(cfg, Gemm.FPROP, Operand.INPUT, f.rounding)
-            xq = quantize_operand(x2, f, -1, f.rounding, xseed, cfg.tokens)
+            xq = quantize_operand(x2, f, -1, f.rounding, xseed, cfg.tokens, bf16=saved.bf16)
             if needs_backward:
                 _save_input(x2, saved, xq)
             y = matmul(xq, wq.t(), cfg.accum, bias)
@@ -403,12 +420,14 @@ def hp_saved(x: torch.Tensor, weight: torch.Tensor, cfg: GemmConfig) -> _Saved:
     (:func:`input_reusable`: RNE, axis-free), and a reused ``Q_fprop(W)`` is recomputed with
     fprop's spec, axis and seed."""
     saved = _Saved(cfg)
+    saved.bf16 = bf16_operands(cfg.accum, x.device)
     saved.x = x.reshape(-1, x.shape[-1])
     s = cfg.specs
     if _dgrad_takes_fprop_weight(s, native=False):
         f = s.fprop.for_weight()
         seed = _seed(cfg, Gemm.FPROP, Operand.WEIGHT, f.rounding)
-        saved.w, saved.w_quantized = quantize_operand(weight, f, -1, f.rounding, seed), True
+        saved.w = quantize_operand(weight, f, -1, f.rounding, seed, bf16=saved.bf16)
+        saved.w_quantized = True
     else:
         saved.w = weight
     return saved
@@ -418,7 +437,7 @@ def linear_backward(dy: torch.Tensor, saved: _Saved, x_shape: torch.Size, x_dtyp
                     w_dtype: torch.dtype, b_dtype: torch.dtype | None, need_x: bool,
                     need_w: bool, need_b: bool) -> tuple[torch.Tensor | None, ...]:
     """dgrad, wgrad and the bias gradient (``None`` where not needed) from what forward kept."""
-    cfg, s = saved.cfg, saved.cfg.specs
+    s = saved.cfg.specs
     with _no_autocast(dy.device):
         dy2 = dy.reshape(-1, dy.shape[-1])
         # native GEMMs quantize a bf16 dY as is (same bits: the scale multiply promotes)
@@ -426,7 +445,7 @@ def linear_backward(dy: torch.Tensor, saved: _Saved, x_shape: torch.Size, x_dtyp
         dx = dw = db = None
         dyq = None  # Q(dY) shared by dgrad and wgrad (grad_reusable)
         if need_x and need_w and not saved.native and grad_reusable(s.dgrad, s.wgrad):
-            dyq = _grad_output(dy2, cfg, Gemm.DGRAD, -1)
+            dyq = _grad_output(dy2, saved, Gemm.DGRAD, -1)
         if need_x:
             dx = _dgrad(dy2, saved, dyq).reshape(x_shape).to(x_dtype)
         if need_w:
@@ -459,10 +478,11 @@ class QuantizedLinearFn(torch.autograd.Function):
         return dx, dw, db, None, None, None
 
 
-def _grad_output(dy2: torch.Tensor, cfg: GemmConfig, gemm: Gemm, axis: int) -> torch.Tensor:
+def _grad_output(dy2: torch.Tensor, saved: _Saved, gemm: Gemm, axis: int) -> torch.Tensor:
+    cfg = saved.cfg
     spec = cfg.specs.get(gemm)
     seed = _seed(cfg, gemm, Operand.GRAD_OUTPUT, spec.grad_rounding)
-    return quantize_operand(dy2, spec, axis, spec.grad_rounding, seed, cfg.tokens)
+    return quantize_operand(dy2, spec, axis, spec.grad_rounding, seed, cfg.tokens, bf16=saved.bf16)
 
 
 def _dgrad(dy2: torch.Tensor, saved: _Saved, dyq: torch.Tensor | None = None) -> torch.Tensor:
@@ -481,9 +501,9 @@ def _dgrad(dy2: torch.Tensor, saved: _Saved, dyq: torch.Tensor | None = None) ->
     else:
         w = d.for_weight()
         seed = _seed(cfg, Gemm.DGRAD, Operand.WEIGHT, w.rounding)
-        wq = quantize_operand(saved.w, w, 0, w.rounding, seed)
+        wq = quantize_operand(saved.w, w, 0, w.rounding, seed, bf16=saved.bf16)
     if dyq is None:
-        dyq = _grad_output(dy2, cfg, Gemm.DGRAD, -1)
+        dyq = _grad_output(dy2, saved, Gemm.DGRAD, -1)
     return matmul(dyq, wq, cfg.accum)
 
 
@@ -502,9 +522,9 @@ def _wgrad(dy2: torch.Tensor, saved: _Saved, dyq: torch.Tensor | None = None) ->
         xq = saved.x
     else:
         seed = _seed(cfg, Gemm.WGRAD, Operand.INPUT, w.rounding)
-        xq = quantize_operand(saved.x, w, 0, w.rounding, seed, cfg.tokens)
+        xq = quantize_operand(saved.x, w, 0, w.rounding, seed, cfg.tokens, bf16=saved.bf16)
     if dyq is None:
-        dyq = _grad_output(dy2, cfg, Gemm.WGRAD, 0)
+        dyq = _grad_output(dy2, saved, Gemm.WGRAD, 0)
     return matmul(dyq.t(), xq, cfg.accum)
 
 
