@@ -112,3 +112,37 @@ def test_lr_schedule_and_decay_groups() -> None:
     assert no_decay["weight_decay"] == 0
     assert {id(p) for p in decay["params"]} == {
         id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Linear)}
+
+
+def test_precision_accum_bf16_trains_with_bf16_gemms_and_resumes_bit_exact(
+        tiny: dict, ctrl_c_after, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--precision.accum bf16`` converts every layer with bf16 GEMMs (so the losses differ
+    from the fp32 GEMMs'), and a resume converts with it again: the resumed steps equal the
+    uninterrupted run's bit for bit."""
+    import snip.nn.gemm as gemm
+
+    accums = set()
+    real = gemm.matmul
+
+    def spy(a, b, accum, bias=None):
+        accums.add(accum)
+        return real(a, b, accum, bias)
+
+    monkeypatch.setattr(gemm, "matmul", spy)
+    bf16 = {**tiny, "precision.mode": "fixed", "precision.preset": "mxfp4",
+            "precision.accum": "bf16"}
+    full = train(from_sources(overrides={**bf16, "run.name": "full"}))
+    assert accums == {gemm.Accum.BF16}
+    fp32 = train(from_sources(overrides={**bf16, "precision.accum": "fp32", "run.name": "fp32"}))
+    assert fp32.losses[12] != full.losses[12]
+    with ctrl_c_after(5):
+        cut = train(from_sources(overrides={**bf16, "run.name": "cut"}))
+    run_dir = Path(tiny["run.dir"]) / "cut"
+    resumed = train(from_sources(resume=run_dir), resume=run_dir)
+    assert {**cut.losses, **resumed.losses} == full.losses
+
+
+def test_precision_accum_bad_value_is_a_one_line_error(tiny: dict, capsys) -> None:
+    assert main(["train", *_argv({**tiny, "precision.accum": "fp16"})]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "precision.accum" in err[0] and "auto" in err[0]

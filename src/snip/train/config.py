@@ -40,7 +40,7 @@ from typing import Any
 from snip import atomic
 from snip.errors import MissingFileError, UserError
 from snip.jsonfile import flatten
-from snip.nn.specs import GemmImpl
+from snip.nn.specs import Accum, GemmImpl
 from snip.optim import Policy, WritebackConfig
 from snip.train.distributed import MixedPrecision, Strategy
 from snip.train.schedule import Shape
@@ -286,6 +286,11 @@ class PrecisionSection:
                                             "(torch._scaled_mm on the FP8 codes; emulated with "
                                             "one warning where unsupported); kept across "
                                             "re-plans")
+    accum: Accum = opt(Accum.FP32, "the emulated GEMMs' arithmetic: fp32 (exact products, the "
+                                   "same bits on every CPU), bf16 (bf16 operands, fp32 "
+                                   "accumulation, bf16 output, as FP8/FP4 hardware writes) or "
+                                   "auto (bf16 where the machine multiplies bf16 natively: AMX, "
+                                   "AVX512-BF16, CUDA; else fp32); kept across re-plans")
 
     def __post_init__(self) -> None:
         _typed(self, "precision")

@@ -131,7 +131,7 @@ def _load(path: Path, overrides: Mapping[str, Any] | None, flag: str,
     check_compatible(ckpt, mcfg.to_dict(), data.tokenizer, flag)
     own = not any(k.startswith("precision.") for k in overrides)
     plan = PrecisionPlan.from_dict(ckpt.plan) if own else initial_plan(cfg.precision)
-    model = convert(build_model(mcfg).to(device), plan)
+    model = convert(build_model(mcfg).to(device), plan, accum=cfg.precision.accum)
     ckpt.load_weights(model)
     plan.apply(model)
     label = "its plan" if own else cfg.precision.preset or Path(cfg.precision.plan).name

@@ -270,7 +270,7 @@ class Trainer:
         # optimizer and write-back state are loaded here: a mismatch must fail before the
         # run directory (config.toml, metrics.jsonl) is touched
         self.state = layout.build(
-            cfg, convert(model, self.plan), self.dist, ckpt,
+            cfg, convert(model, self.plan, accum=cfg.precision.accum), self.dist, ckpt,
             fresh_wrapper=self.branched and saved.writeback != cfg.writeback)
         self.dir = run_dir_for(cfg)
         start = ckpt.step if ckpt is not None else 0
@@ -500,7 +500,8 @@ class Trainer:
         """A fresh unsharded model (with the plan) and optimizer like this run's; the global
         RNG is left as it was (`distributed.full_replica` fills in the state)."""
         with torch.random.fork_rng(devices=[]):
-            model = convert(build_model(self.model.config).to(self.device), self.plan)
+            model = convert(build_model(self.model.config).to(self.device), self.plan,
+                            accum=self.cfg.precision.accum)
         return model, make_optimizer(model, self.cfg.train)
 
     # -- the loop --------------------------------------------------------------------------------
