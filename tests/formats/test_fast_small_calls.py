@@ -160,3 +160,30 @@ def test_quantize_into_bf16_is_the_fp32_result_cast(preset, axis, rounding):
     for s in specs:  # activations' 1-D blocks, and weights' 2-D tiles (fused for RNE)
         kw = {"axis": axis, "rounding": rounding, "generator": 9}
         _same_bf16(quantize(x, s, dtype=torch.bfloat16, **kw), quantize(x, s, **kw).bfloat16())
+
+
+def test_seed_key_is_the_key_a_fresh_generator_draws_and_leaves_the_global_rng() -> None:
+    from snip.formats.cast import draw_key, make_generator, seed_key
+
+    state = torch.get_rng_state()
+    for seed in (0, 1, 12345, 2**62 + 7):
+        assert seed_key(seed) == draw_key(make_generator(seed, torch.device("cpu")))
+    assert torch.equal(torch.get_rng_state(), state)
+
+
+@pytest.mark.parametrize("preset", ["mxfp4", "nvfp4", "fp8_e4m3"])
+def test_plans_are_per_shape_axis_and_rounding(preset, monkeypatch) -> None:
+    """The per-call plan cache (one kernel call worked out per spec, shape, axis, rounding)
+    never hands one call's arguments to another: interleaved calls equal the PyTorch path."""
+    g = torch.Generator().manual_seed(5)
+    xs = [torch.randn(64, 96, generator=g), torch.randn(96, 64, generator=g),
+          torch.randn(32, 96, generator=g)]
+    for _ in range(2):
+        for x in xs:
+            for axis in (-1, 0):
+                for rounding in ("rne", "stochastic"):
+                    got = quantize(x, preset, axis=axis, rounding=rounding, generator=3)
+                    with monkeypatch.context() as m:
+                        m.setattr(fast, "enabled", lambda: False)
+                        want = quantize(x, preset, axis=axis, rounding=rounding, generator=3)
+                    assert torch.equal(got, want), (x.shape, axis, rounding)

@@ -28,6 +28,7 @@ NaN in gives NaN out, always -- also for formats with no NaN code, where ml_dtyp
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import torch
@@ -91,6 +92,19 @@ def draw_key(generator: torch.Generator | None) -> tuple[int, int]:
     device = generator.device if generator is not None else torch.device("cpu")
     k = torch.randint(0, 1 << 31, (2,), generator=generator, device=device).tolist()
     return int(k[0]), int(k[1])
+
+
+_SEEDED = threading.local()  # .g: this thread's generator for seed_key
+
+
+def seed_key(seed: int) -> tuple[int, int]:
+    """The key an integer seed gives, ``draw_key(make_generator(seed))``, from one generator
+    per thread re-seeded (making a fresh ``torch.Generator`` per call costs more)."""
+    g = getattr(_SEEDED, "g", None)
+    if g is None:
+        g = _SEEDED.g = torch.Generator(device="cpu")
+    g.manual_seed(seed)
+    return draw_key(g)
 
 
 def counter_uniforms(index: torch.Tensor, key: tuple[int, int]) -> torch.Tensor:

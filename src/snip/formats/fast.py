@@ -48,11 +48,12 @@ import math
 import os
 import threading
 import weakref
+from collections.abc import Callable
 
 import numpy as np
 import torch
 
-from snip.formats.cast import DEFAULT_COUNTERS, Counters, Rounding, draw_key
+from snip.formats.cast import DEFAULT_COUNTERS, Counters, Rounding, draw_key, seed_key
 from snip.formats.element import ElementFormat, Kind
 from snip.formats.scaling import fp32_scales
 from snip.formats.spec import E8M0Rule, QuantSpec, ScaleFormat, Scaling
@@ -1427,7 +1428,7 @@ def _nvfp4_tensor_scale(x_amax: np.float32, maxn: np.float32) -> tuple[np.float3
 
 
 def quantize_fused(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Rounding,
-                   generator: torch.Generator | None,
+                   generator: torch.Generator | int | None,
                    counters: Counters = DEFAULT_COUNTERS,
                    dtype: torch.dtype | None = None) -> torch.Tensor:
     """``quantize(x, spec, axis=axis).to(dtype)`` in one output allocation and (mostly) one
@@ -1436,77 +1437,139 @@ def quantize_fused(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Roundi
     Same bits as the PyTorch path: the block scales follow :mod:`snip.formats.scaling`
     operation for operation, the SR coin is :func:`snip.formats.cast.counter_uniforms` of the
     element's index in the padded blocks layout mapped by ``counters``, and the fp32 -> bf16
-    store rounds as torch.
+    store rounds as torch.  ``generator``: a generator, an int seed (the key
+    :func:`~snip.formats.cast.seed_key` gives, as ``quantize`` would draw it) or ``None`` (the
+    global RNG).  Everything a call needs besides the data and the SR key is worked out once per
+    (spec, shape, axis, rounding, counters) (:func:`_plan`).
     """
     if not -x.dim() <= axis < x.dim():
         raise ValueError(f"axis {axis} is out of range for a {x.dim()}-D tensor")
     _follow_torch_threads(x.numel())
     x = x.contiguous()
-    fmt = spec.element
-    axis %= x.dim()
-    out = empty_like(x, dtype)
-    xs, os_ = _np(x), _np(out)
     sr = rounding is Rounding.STOCHASTIC
-    k0, k1 = draw_key(generator) if sr else (0, 0)
+    key = (spec, x.shape, axis, sr, None if counters is DEFAULT_COUNTERS else counters)
+    run = _PLANS.get(key)
+    if run is None:
+        if len(_PLANS) >= _PLANS_MAX:
+            _PLANS.clear()
+        run = _PLANS[key] = _plan(spec, tuple(x.shape), axis % x.dim(), sr, counters)
+    out = empty_like(x, dtype)
+    if not sr:
+        k0 = k1 = 0
+    elif isinstance(generator, int):
+        k0, k1 = seed_key(generator)
+    else:
+        k0, k1 = draw_key(generator)
+    run(_np(x), _np(out), k0, k1)
+    return out
+
+
+_Run = Callable[[np.ndarray, np.ndarray, int, int], None]  # (x, out, SR key words) -> None
+_PLANS: dict[tuple, _Run] = {}
+_PLANS_MAX = 4096  # distinct calls remembered (a training run makes a few dozen)
+_Z = np.float32(0)
+
+
+def _plan(spec: QuantSpec, shape: tuple[int, ...], axis: int, sr: bool,
+          counters: Counters) -> _Run:
+    """The kernel call of :func:`quantize_fused` for one spec, shape, axis, rounding and SR
+    counter map, with every argument that does not depend on the data fixed; what does (a
+    tensor amax, NVFP4's first pass) is computed by the returned function on each call."""
     f32 = np.float32
-    elem = (*_elem_params(fmt), sr, k0, k1)
+    fmt = spec.element
+    elem = (*_elem_params(fmt), sr)
     sfmt, pow2, emax_elem, maxn = _scale_params(spec)
-    n = x.numel()
-    if spec.scaling is Scaling.BLOCK2D:
-        return _quantize_tiles(x, out, xs, os_, spec, sfmt, pow2, emax_elem, maxn)
+    n = math.prod(shape)
+    if spec.scaling is Scaling.BLOCK2D:  # RNE with square tiles (fusable's condition)
+        return _tiles_plan(spec, shape, sfmt, pow2, emax_elem, maxn)
     if spec.scaling is Scaling.TENSOR:
-        t_amax = _tensor_amax(xs, _CHUNK)
-        if spec.pow2_scales:
-            sc = fp32_scales(torch.tensor([[float(t_amax)]], dtype=torch.float32), spec)
-            t_enc, t_dec = f32(sc.encode.item()), f32(sc.decode.item())
-        else:
-            t_enc, t_dec = _tensor_scale(f32(t_amax), f32(fmt.max_normal))
-        _fused_rows(xs, os_, 1, n, _CHUNK, (), n, counters.offset, _NO_BMAX, -1, pow2,
-                    emax_elem, maxn, f32(0), f32(0), t_enc, t_dec, *elem)
-        return out
-    outer = math.prod(x.shape[:axis])
-    length = x.shape[axis]
+        head = (1, n, _CHUNK, (), n, counters.offset, _NO_BMAX, -1, pow2, emax_elem, maxn, _Z, _Z)
+
+        def tensor(xs: np.ndarray, os_: np.ndarray, k0: int, k1: int) -> None:
+            t_amax = _tensor_amax(xs, _CHUNK)
+            if spec.pow2_scales:
+                sc = fp32_scales(torch.tensor([[float(t_amax)]], dtype=torch.float32), spec)
+                t_enc, t_dec = f32(sc.encode.item()), f32(sc.decode.item())
+            else:
+                t_enc, t_dec = _tensor_scale(f32(t_amax), f32(fmt.max_normal))
+            _fused_rows(xs, os_, *head, t_enc, t_dec, *elem, k0, k1)
+        return tensor
+    outer = math.prod(shape[:axis])
+    length = shape[axis]
     inner = n // (outer * length)
     k = length if spec.scaling is Scaling.CHANNEL else spec.block
     padded = -(-length // k) * k
-    mul = t_dec = f32(0)
-    bmax = _NO_BMAX
     whole = inner == 1 and length % k == 0
     kt = (0,) * k if k in (16, 32) and length % k == 0 else ()
-    if sfmt == 3:
-        if whole and kt:  # one pass for all block maxima and the tensor amax; reused below
-            bmax = np.empty(n // k, np.int32)
-            x_amax = _block_max_bits(xs, kt, bmax)
-        else:
-            x_amax = _clean_amax(xs, outer, length, inner, k)
-        mul, t_dec = _nvfp4_tensor_scale(f32(x_amax), f32(fmt.max_normal))
+    first = _nvfp4_first_pass(fmt, n, outer, length, inner, k, kt if whole else ()) \
+        if sfmt == 3 else None
     stride = counters.stride if counters.row else padded  # the SR counters' row stride
     if inner == 1:
         if whole and stride == padded:  # whole blocks: one long row balances best
             outer, length, padded = 1, outer * length, outer * length
             stride = padded
-        _fused_rows(xs, os_, outer, length, k, kt, stride, counters.offset, bmax, sfmt, pow2,
-                    emax_elem, maxn, mul, t_dec, f32(0), f32(0), *elem)
-    else:
-        _fused_cols(xs, os_, outer, length, inner, k, stride, counters.offset, sfmt, pow2,
-                    emax_elem, maxn, mul, t_dec, *elem)
-    return out
+        head = (outer, length, k, kt, stride, counters.offset)
+        mid = (sfmt, pow2, emax_elem, maxn)
+        if first is None:
+            args = (*head, _NO_BMAX, *mid, _Z, _Z, _Z, _Z, *elem)
+
+            def rows(xs: np.ndarray, os_: np.ndarray, k0: int, k1: int) -> None:
+                _fused_rows(xs, os_, *args, k0, k1)
+            return rows
+
+        def rows_nvfp4(xs: np.ndarray, os_: np.ndarray, k0: int, k1: int) -> None:
+            bmax, mul, t_dec = first(xs)
+            _fused_rows(xs, os_, *head, bmax, *mid, mul, t_dec, _Z, _Z, *elem, k0, k1)
+        return rows_nvfp4
+    head = (outer, length, inner, k, stride, counters.offset, sfmt, pow2, emax_elem, maxn)
+    if first is None:
+        args = (*head, _Z, _Z, *elem)
+
+        def cols(xs: np.ndarray, os_: np.ndarray, k0: int, k1: int) -> None:
+            _fused_cols(xs, os_, *args, k0, k1)
+        return cols
+
+    def cols_nvfp4(xs: np.ndarray, os_: np.ndarray, k0: int, k1: int) -> None:
+        _, mul, t_dec = first(xs)
+        _fused_cols(xs, os_, *head, mul, t_dec, *elem, k0, k1)
+    return cols_nvfp4
 
 
-def _quantize_tiles(x: torch.Tensor, out: torch.Tensor, xs: np.ndarray, os_: np.ndarray,
-                    spec: QuantSpec, sfmt: int, pow2: bool, emax_elem: int,
-                    maxn: np.float32) -> torch.Tensor:
-    """RNE with square 2-D tiles (same tiles whatever the axis: a tile's scale is its amax)."""
+def _nvfp4_first_pass(fmt: ElementFormat, n: int, outer: int, length: int, inner: int, k: int,
+                      kt: tuple) -> Callable[[np.ndarray], tuple]:
+    """NVFP4's pass before the rounding: the tensor amax (and, for whole blocks of a
+    compile-time size ``len(kt)``, every block's maximum, which the rounding pass reuses),
+    turned into the (``mul``, ``t_dec``) of the block scales."""
     f32 = np.float32
+    maxn = f32(fmt.max_normal)
+
+    def first(xs: np.ndarray) -> tuple[np.ndarray, np.float32, np.float32]:
+        if kt:  # one pass for all block maxima and the tensor amax
+            bmax = np.empty(n // k, np.int32)
+            x_amax = _block_max_bits(xs, kt, bmax)
+        else:
+            bmax = _NO_BMAX
+            x_amax = _clean_amax(xs, outer, length, inner, k)
+        return (bmax, *_nvfp4_tensor_scale(f32(x_amax), maxn))
+    return first
+
+
+def _tiles_plan(spec: QuantSpec, shape: tuple[int, ...], sfmt: int, pow2: bool,
+                emax_elem: int, maxn: np.float32) -> _Run:
+    """RNE with square 2-D tiles (same tiles whatever the axis: a tile's scale is its amax)."""
     fmt = spec.element
-    r, c = x.shape
+    r, c = shape
     k = spec.block
-    bmax = _NO_BMAX
-    mul = t_dec = f32(0)
-    if sfmt == 3:
-        bmax = np.empty(-(-r // k) * -(-c // k), np.int32)
+    tail = (fmt.mbits, fmt.emin, fmt.emax, np.float32(fmt.max_normal))
+    if sfmt != 3:
+        def tiles(xs: np.ndarray, os_: np.ndarray, k0: int, k1: int) -> None:
+            _fused_tiles(xs, os_, r, c, k, _NO_BMAX, sfmt, pow2, emax_elem, maxn, _Z, _Z, *tail)
+        return tiles
+    n_tiles = -(-r // k) * -(-c // k)
+
+    def tiles_nvfp4(xs: np.ndarray, os_: np.ndarray, k0: int, k1: int) -> None:
+        bmax = np.empty(n_tiles, np.int32)
         x_amax = _tile_max_bits(xs, r, c, k, bmax)
-        mul, t_dec = _nvfp4_tensor_scale(f32(x_amax), f32(fmt.max_normal))
-    _fused_tiles(xs, os_, r, c, k, bmax, sfmt, pow2, emax_elem, maxn, mul, t_dec, fmt.mbits,
-                 fmt.emin, fmt.emax, f32(fmt.max_normal))
-    return out
+        mul, t_dec = _nvfp4_tensor_scale(np.float32(x_amax), np.float32(fmt.max_normal))
+        _fused_tiles(xs, os_, r, c, k, bmax, sfmt, pow2, emax_elem, maxn, mul, t_dec, *tail)
+    return tiles_nvfp4

@@ -205,6 +205,8 @@ def quantize_operand(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Roun
     out = torch.bfloat16 if bf16 else torch.float32
     if fast.bf16_roundable(x, spec, rounding):  # the bf16 preset: one pass, no block layout
         return fast.round_bf16(x, out)
+    if tokens is None and fast.fusable(x, spec, rounding):  # what quantize() calls, directly
+        return fast.quantize_fused(x, spec, axis, rounding, seed, dtype=out)
     gen = seed if rounding is Rounding.STOCHASTIC else None
     return quantize(x, spec, axis=axis, rounding=rounding, generator=gen, shard=tokens,
                     dtype=out)
