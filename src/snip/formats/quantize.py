@@ -190,31 +190,26 @@ def _quantize(
     x = x.detach()
     spec, mode, gen = _resolve(x, spec, rounding, generator)
     dtype = dtype or x.dtype
-    if dtype in _FUSED_OUT and x.dtype == torch.float32 and x.numel() > 0:  # one pass
+    if x.numel() > 0 and dtype in _FUSED_OUT:  # one pass, stored in dtype
         if fast.bf16_roundable(x, spec, mode):
             return fast.round_bf16(x, dtype)
         if fast.fusable(x, spec, mode):
             return fast.quantize_fused(x, spec, axis, mode, gen, _counters(
                 lambda: BlockLayout.of(x, spec, axis), mode, shard), dtype)
-    return _quantize_as(x, spec, axis, mode, gen, shard).to(dtype)
+    return _quantize_torch(x, spec, axis, mode, gen, shard).to(dtype)
 
 
-_FUSED_OUT = (torch.float32, torch.bfloat16)  # what the fused kernels store from fp32 input
+_FUSED_OUT = (torch.float32, torch.bfloat16)  # what the fused kernels and round_bf16 store
 
 
-def _quantize_as(x: torch.Tensor, spec: QuantSpec, axis: int, mode: Rounding,
-                 gen: torch.Generator | None, shard: RowShard | None) -> torch.Tensor:
-    """:func:`quantize` in ``x``'s dtype, with the spec, rounding and generator resolved."""
+def _quantize_torch(x: torch.Tensor, spec: QuantSpec, axis: int, mode: Rounding,
+                    gen: torch.Generator | None, shard: RowShard | None) -> torch.Tensor:
+    """:func:`quantize` in ``x``'s dtype where no fused kernel applies (or ``SNIP_FAST=0``)."""
     if x.numel() == 0 or spec.is_identity and x.dtype == torch.float32:
         return x.clone()
     if spec.scaling is Scaling.NONE:
-        if fast.bf16_roundable(x, spec, mode):
-            return fast.round_bf16(x)
         return cast(x, spec.element, mode, saturate=True, generator=gen,
                     counters=_flat_counters(x, mode, shard))
-    if fast.fusable(x, spec, mode):
-        return fast.quantize_fused(x, spec, axis, mode, gen,
-                                   _counters(lambda: BlockLayout.of(x, spec, axis), mode, shard))
     xf = _working(x)
     if spec.hadamard:
         xf = rht(xf, spec.hadamard, spec.hadamard_seed, axis)
