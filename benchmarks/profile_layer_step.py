@@ -89,10 +89,12 @@ class Call:
     axis: int
     rounding: Rounding
     seed: int
+    bf16: bool = False  # made for a bf16 GEMM (accum bf16/auto)
 
     def runner(self, shape: tuple[int, ...] | None = None) -> Callable[[], object]:
         x = torch.randn(*(shape or self.shape))
-        return lambda: gemm.quantize_operand(x, self.spec, self.axis, self.rounding, self.seed)
+        return lambda: gemm.quantize_operand(x, self.spec, self.axis, self.rounding, self.seed,
+                                             bf16=self.bf16)
 
     def describe(self) -> dict[str, object]:
         return {"shape": list(self.shape), "spec": self.spec.name, "axis": self.axis,
@@ -106,7 +108,7 @@ def recorded_calls(step: Callable[[], object]) -> list[Call]:
 
     def spy(x, spec, axis, rounding, seed, tokens=None, bf16=False):
         if not spec.is_identity:
-            calls.append(Call(tuple(x.shape), spec, axis, rounding, seed))
+            calls.append(Call(tuple(x.shape), spec, axis, rounding, seed, bf16))
         return real(x, spec, axis, rounding, seed, tokens, bf16=bf16)
 
     gemm.quantize_operand = spy

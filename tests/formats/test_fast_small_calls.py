@@ -187,3 +187,12 @@ def test_plans_are_per_shape_axis_and_rounding(preset, monkeypatch) -> None:
                         m.setattr(fast, "enabled", lambda: False)
                         want = quantize(x, preset, axis=axis, rounding=rounding, generator=3)
                     assert torch.equal(got, want), (x.shape, axis, rounding)
+
+
+@pytest.mark.parametrize("preset", ["fp8_e4m3", "nvfp4", "mxfp4"])
+def test_quantize_into_a_wider_dtype_rounds_in_the_input_dtype_first(preset) -> None:
+    """``dtype`` wider than the input's (bf16 in, fp32 out) gives the input-dtype result
+    converted, as the docstring says, not the fp32 result the kernel computes inside."""
+    x = torch.randn(64, 96, generator=torch.Generator().manual_seed(6)).bfloat16()
+    want = quantize(x, preset).float()
+    assert torch.equal(quantize(x, preset, dtype=torch.float32), want)

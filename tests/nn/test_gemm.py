@@ -300,9 +300,10 @@ def test_bf16_gemm_operands_made_in_bf16_change_no_bit(preset, monkeypatch):
 
     dtypes = []
     real = gemm.quantize_operand
+    shortcut = [True]
 
     def spy(*a, **k):
-        out = real(*a, **k)
+        out = real(*a, **{**k, "bf16": k.get("bf16", False) and shortcut[0]})
         dtypes.append(out.dtype if not a[1].is_identity else None)
         return out
 
@@ -310,9 +311,28 @@ def test_bf16_gemm_operands_made_in_bf16_change_no_bit(preset, monkeypatch):
     data = _data(seed=2, shape=(2, 32, K))
     got = _run(preset, data=data, seed=5, accum=Accum.BF16)
     assert dtypes and set(dtypes) == {torch.bfloat16}  # the shortcut was taken
-    monkeypatch.setattr(gemm, "bf16_operands", lambda accum, device: False)
+    shortcut[0] = False  # fp32 operands, which the bf16 GEMM casts
     dtypes.clear()
     want = _run(preset, data=data, seed=5, accum=Accum.BF16)
     assert set(dtypes) == {torch.float32}
     for a, b in zip(got, want, strict=True):
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("forward", ["0", "1"])
+def test_auto_accum_is_decided_once_per_forward(forward, monkeypatch):
+    """Backward multiplies in the precision forward chose (and made the operands for), even if
+    the hardware switch changes in between."""
+    x, w, b, dy = _data(seed=4)
+    outs = []
+    for flip in (False, True):
+        monkeypatch.setenv("SNIP_BF16_GEMM", forward)
+        xr, wr, br = (t.clone().requires_grad_() for t in (x, w, b))
+        y = quantized_linear(xr, wr, br, GemmConfig(specs=GemmSpecs.uniform("mxfp4"),
+                                                    accum=Accum.AUTO))
+        if flip:
+            monkeypatch.setenv("SNIP_BF16_GEMM", "1" if forward == "0" else "0")
+        y.backward(dy)
+        outs.append((xr.grad, wr.grad))
+    for a, c in zip(*outs, strict=True):
+        assert torch.equal(a, c)

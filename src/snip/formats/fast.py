@@ -1456,7 +1456,7 @@ def quantize_fused(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Roundi
     out = empty_like(x, dtype)
     if not sr:
         k0 = k1 = 0
-    elif isinstance(generator, int):
+    elif isinstance(generator, int) and not isinstance(generator, bool):
         k0, k1 = seed_key(generator)
     else:
         k0, k1 = draw_key(generator)

@@ -190,7 +190,9 @@ def _quantize(
     x = x.detach()
     spec, mode, gen = _resolve(x, spec, rounding, generator)
     dtype = dtype or x.dtype
-    if x.numel() > 0 and dtype in _FUSED_OUT:  # one pass, stored in dtype
+    # one pass, stored in dtype: x's own, or bf16 from fp32 (a rounding at the store); a wider
+    # dtype than x's would skip the rounding to x's dtype, so it converts after
+    if x.numel() > 0 and (dtype == x.dtype or (x.dtype, dtype) == _TO_BF16):
         if fast.bf16_roundable(x, spec, mode):
             return fast.round_bf16(x, dtype)
         if fast.fusable(x, spec, mode):
@@ -199,7 +201,7 @@ def _quantize(
     return _quantize_torch(x, spec, axis, mode, gen, shard).to(dtype)
 
 
-_FUSED_OUT = (torch.float32, torch.bfloat16)  # what the fused kernels and round_bf16 store
+_TO_BF16 = (torch.float32, torch.bfloat16)  # (x's dtype, result dtype) the kernels store too
 
 
 def _quantize_torch(x: torch.Tensor, spec: QuantSpec, axis: int, mode: Rounding,

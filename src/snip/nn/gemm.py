@@ -310,6 +310,12 @@ class _Saved:
         self.dy: tuple[QuantSpec, Fp8Operand] | None = None  # native: dY codes shared by GEMMs
         self.bf16 = False  # the emulated GEMMs take bf16 operands (bf16_operands)
 
+    @property
+    def accum(self) -> Accum:
+        """The emulated GEMMs' arithmetic as resolved once in forward (``AUTO`` decided), so
+        that backward multiplies the operands it made in the precision they were made for."""
+        return Accum.BF16 if self.bf16 else Accum.FP32
+
     def keep(self, name: str, value: torch.Tensor | QTensor, *, weight: bool,
              counted: bool = True) -> None:
         n = _nbytes(value) if counted else 0
@@ -411,7 +417,7 @@ def linear_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
             xq = quantize_operand(x2, f, -1, f.rounding, xseed, cfg.tokens, bf16=saved.bf16)
             if needs_backward:
                 _save_input(x2, saved, xq)
-            y = matmul(xq, wq.t(), cfg.accum, bias)
+            y = matmul(xq, wq.t(), saved.accum, bias)
     return y.reshape(*x.shape[:-1], -1).to(cfg.out_dtype or x.dtype), saved
 
 
@@ -506,7 +512,7 @@ def _dgrad(dy2: torch.Tensor, saved: _Saved, dyq: torch.Tensor | None = None) ->
         wq = quantize_operand(saved.w, w, 0, w.rounding, seed, bf16=saved.bf16)
     if dyq is None:
         dyq = _grad_output(dy2, saved, Gemm.DGRAD, -1)
-    return matmul(dyq, wq, cfg.accum)
+    return matmul(dyq, wq, saved.accum)
 
 
 def _wgrad(dy2: torch.Tensor, saved: _Saved, dyq: torch.Tensor | None = None) -> torch.Tensor:
@@ -527,7 +533,7 @@ def _wgrad(dy2: torch.Tensor, saved: _Saved, dyq: torch.Tensor | None = None) ->
         xq = quantize_operand(saved.x, w, 0, w.rounding, seed, cfg.tokens, bf16=saved.bf16)
     if dyq is None:
         dyq = _grad_output(dy2, saved, Gemm.WGRAD, 0)
-    return matmul(dyq.t(), xq, cfg.accum)
+    return matmul(dyq.t(), xq, saved.accum)
 
 
 # ---- native FP8 GEMMs (gemm="native"): same operands, torch._scaled_mm ----------------------
