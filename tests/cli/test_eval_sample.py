@@ -35,6 +35,16 @@ def test_eval_reproduces_the_runs_own_final_evaluation(run, tmp_path: Path,
     assert other["val_loss"] != numbers["val_loss"]
 
 
+def test_eval_with_bf16_gemms_keeps_the_runs_plan(run, tmp_path: Path) -> None:
+    """``--precision.accum`` changes how the GEMMs multiply, not which plan is evaluated."""
+    path, result = run
+    out = tmp_path / "eval.json"
+    assert main(["eval", str(path), "--precision.accum", "bf16", "--json", str(out)]) == 0
+    numbers = json.loads(out.read_text())
+    assert numbers["precision"] == "its plan" and numbers["val_loss_hp"] == result.val_loss_hp
+    assert numbers["val_loss"] != result.val_loss  # bf16 GEMMs round differently
+
+
 def test_eval_on_another_corpus_and_bad_input(run, tmp_path: Path,
                                               capsys: pytest.CaptureFixture) -> None:
     path, _ = run

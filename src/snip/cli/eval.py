@@ -17,7 +17,7 @@ from pathlib import Path
 
 COMMAND = "eval"
 HELP = "validation loss/perplexity of a checkpoint, quantized (its plan) and in high precision"
-PRECISION_KEYS = ("precision.preset", "precision.plan", "precision.gemm")
+PRECISION_KEYS = ("precision.preset", "precision.plan", "precision.gemm", "precision.accum")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

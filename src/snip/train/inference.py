@@ -129,7 +129,8 @@ def _load(path: Path, overrides: Mapping[str, Any] | None, flag: str,
                        tokenizer=ckpt.meta.tokenizer)
     mcfg = model_config(cfg, data)
     check_compatible(ckpt, mcfg.to_dict(), data.tokenizer, flag)
-    own = not any(k.startswith("precision.") for k in overrides)
+    # any precision flag but the GEMMs' arithmetic replaces the checkpoint's own plan
+    own = not any(k.startswith("precision.") and k != "precision.accum" for k in overrides)
     plan = PrecisionPlan.from_dict(ckpt.plan) if own else initial_plan(cfg.precision)
     model = convert(build_model(mcfg).to(device), plan, accum=cfg.precision.accum)
     ckpt.load_weights(model)
