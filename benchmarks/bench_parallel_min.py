@@ -5,10 +5,12 @@ Torch's GEMMs use every thread ``torch.set_num_threads`` allows; snip's quantize
 them only from ``_PARALLEL_MIN`` elements up, because a parallel region wakes every thread and
 on a loaded machine the slowest wake-up can cost more than a small tensor's work.  This times
 fwd + bwd + AdamW steps of ``bench_train_step``'s models at 2 threads, plain fp32 against mxfp4
-and nvfp4 at three thresholds (2^20, 2^16, 2^14), all in one process with the thresholds
-interleaved per round (2 warm-up rounds, 8 timed; median wall ms and median per-round ratio to
-the fp32 step).  Run it on a quiet machine, then with a busy loop on one core at equal priority
-(``python3 -c "while True: pass" &``) for the loaded case.
+and nvfp4 at three fixed thresholds (2^20, 2^16, 2^14) and the default, adaptive one (2^20,
+with calls of 2^14 elements or more timed both ways and run the faster way:
+``fast._ThreadChoice``), all in one process with the settings interleaved per round (2 warm-up
+rounds, 8 timed; median wall ms and median per-round ratio to the fp32 step).  Run it on a
+quiet machine, then with a busy loop on one core at equal priority (``python3 -c "while True:
+pass" &``) for the loaded case.
 
     PYTHONPATH=src python benchmarks/bench_parallel_min.py
 """
@@ -25,7 +27,13 @@ except ImportError:  # run as a script from the benchmarks directory
 from snip.formats import fast
 
 CASES = [("small", (4, 256)), ("small", (16, 256)), ("medium", (4, 256))]
-SETTINGS = [1 << 20, 1 << 16, 1 << 14]
+SETTINGS = [1 << 20, 1 << 16, 1 << 14, "adaptive"]
+
+
+def _use(setting: int | str) -> None:
+    """A fixed threshold, or the default adaptive choice."""
+    fast._ADAPT = setting == "adaptive"
+    fast._PARALLEL_MIN = 1 << 20 if fast._ADAPT else setting
 
 
 def main() -> None:
@@ -43,13 +51,13 @@ def main() -> None:
             arms["fp32"].step()
             for a in ("mxfp4", "nvfp4"):
                 for s in SETTINGS:
-                    fast._PARALLEL_MIN = s
+                    _use(s)
                     arms[a].step()
         for r in range(8):
             res[("fp32", 0)].append(arms["fp32"].step()[0])
             for a in ("mxfp4", "nvfp4"):
                 for s in (SETTINGS if r % 2 == 0 else SETTINGS[::-1]):
-                    fast._PARALLEL_MIN = s
+                    _use(s)
                     res[(a, s)].append(arms[a].step()[0])
         base = res[("fp32", 0)]
         for k, v in res.items():

@@ -196,3 +196,39 @@ def test_quantize_into_a_wider_dtype_rounds_in_the_input_dtype_first(preset) -> 
     x = torch.randn(64, 96, generator=torch.Generator().manual_seed(6)).bfloat16()
     want = quantize(x, preset).float()
     assert torch.equal(quantize(x, preset, dtype=torch.float32), want)
+
+
+def test_thread_choice_tries_both_keeps_the_faster_and_tries_again() -> None:
+    """Middle-size calls alternate one thread and all threads for a few timed calls, keep the
+    faster (one thread unless all are faster by 5 %), and re-try both every EVERY calls."""
+    c = fast._ThreadChoice()
+    p, every = c.PROBES, c.EVERY
+
+    def play(one: float, both: float, calls: int) -> list[bool]:
+        picks = []
+        for _ in range(calls):
+            par = c.pick()
+            picks.append(par)
+            c.record(par, both if par else one)
+        return picks
+
+    first = play(one=2.0, both=1.0, calls=every)
+    assert first[:2 * p] == [False, True] * p and all(first[2 * p:])  # all threads won
+    again = play(one=1.0, both=0.99, calls=every)  # the machine got busy: a tie is one thread
+    assert again[:2 * p] == [False, True] * p and not any(again[2 * p:])
+
+
+def test_thread_count_does_not_change_bits(monkeypatch) -> None:
+    """Whatever the choice, the bits are the same (the kernels' contract)."""
+    x = torch.randn(256, 128, generator=torch.Generator().manual_seed(8))
+    outs = []
+    threads = torch.get_num_threads()
+    for parallel in (False, True):
+        monkeypatch.setattr(fast._ThreadChoice, "pick", lambda self, p=parallel: p)
+        monkeypatch.setattr(fast, "_PLANS", {})
+        torch.set_num_threads(2)
+        try:
+            outs.append(quantize(x, "mxfp4", rounding="stochastic", generator=2))
+        finally:
+            torch.set_num_threads(threads)
+    assert torch.equal(*outs)

@@ -47,6 +47,7 @@ import functools
 import math
 import os
 import threading
+import time
 import weakref
 from collections.abc import Callable
 
@@ -77,12 +78,55 @@ _launched = False
 # elements from which a kernel uses torch's thread count (below: one thread).  2^20 protects a
 # loaded machine, where waking a second thread can cost more than a small tensor's work; on a
 # quiet one 2^16 makes a 2-thread training step 11-17 % faster (benchmarks/bench_parallel_min.py,
-# RESULTS §7e), so ``SNIP_PARALLEL_MIN`` lets a user who knows their machine choose.
+# RESULTS §7e).  So by default a call of ``_ADAPT_MIN`` elements or more but under
+# ``_PARALLEL_MIN`` tries both ways and keeps the faster (:class:`_ThreadChoice`);
+# ``SNIP_PARALLEL_MIN`` fixes the threshold instead, for a user who knows their machine.
 _PARALLEL_MIN = int(os.environ.get("SNIP_PARALLEL_MIN", str(1 << 20)))
+_ADAPT = "SNIP_PARALLEL_MIN" not in os.environ
+_ADAPT_MIN = 1 << 14  # below: ~10 us of work, which a second thread cannot shorten
 _set_here = threading.local()  # .n: the numba thread count this thread last set (thread-local)
 
 
-def _follow_torch_threads(numel: int | None = None) -> None:
+class _ThreadChoice:
+    """One kind of quantizer call (a plan) of middle size: one thread or all of torch's?
+
+    The first ``2 * PROBES`` calls alternate the two, timed (wall clock, the kernel call alone);
+    then the one with the lower median runs, one thread unless all threads are faster by 5 %;
+    every ``EVERY`` calls both are tried again, so a machine that gets busy (or quiet) is
+    followed.  The result does not depend on the thread count (the kernels' contract), so this
+    only moves time."""
+
+    PROBES = 3
+    EVERY = 256
+
+    __slots__ = ("times", "calls", "parallel")
+
+    def __init__(self) -> None:
+        self.times: tuple[list[float], list[float]] = ([], [])  # one thread, all threads
+        self.calls = 0
+        self.parallel = False
+
+    def pick(self) -> bool:
+        """Whether this call runs on all threads."""
+        k = self.calls % self.EVERY
+        if k < 2 * self.PROBES:
+            return k % 2 == 1
+        return self.parallel
+
+    def record(self, parallel: bool, seconds: float) -> None:
+        k = self.calls % self.EVERY
+        self.calls += 1
+        if k >= 2 * self.PROBES:
+            return
+        if k == 0:
+            self.times = ([], [])
+        self.times[parallel].append(seconds)
+        if k == 2 * self.PROBES - 1:
+            one, every = (sorted(t)[len(t) // 2] for t in self.times)
+            self.parallel = every < 0.95 * one
+
+
+def _follow_torch_threads(numel: int | None = None, parallel: bool | None = None) -> None:
     """Use as many numba threads as torch does: on a busy machine oversubscribed thread pools
     make small kernels 10-60x slower, and users already tune ``torch.set_num_threads``.
 
@@ -93,7 +137,9 @@ def _follow_torch_threads(numel: int | None = None) -> None:
     """
     global _launched
     want = torch.get_num_threads()
-    if numel is not None and numel < _PARALLEL_MIN:
+    if parallel is None:
+        parallel = numel is None or numel >= _PARALLEL_MIN
+    if not parallel:
         # a parallel region costs a wake-up of every thread; on a loaded machine the slowest
         # thread's scheduling delay (ms) dwarfs a small tensor's work (tens of us)
         n = 1
@@ -1432,7 +1478,8 @@ def quantize_fused(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Roundi
                    counters: Counters = DEFAULT_COUNTERS,
                    dtype: torch.dtype | None = None) -> torch.Tensor:
     """``quantize(x, spec, axis=axis).to(dtype)`` in one output allocation and (mostly) one
-    pass (``dtype``: fp32 or bf16, default ``x``'s).
+    pass (``dtype``: fp32 or bf16, default ``x``'s), on one thread or torch's thread count
+    (:class:`_ThreadChoice` for middle sizes).
 
     Same bits as the PyTorch path: the block scales follow :mod:`snip.formats.scaling`
     operation for operation, the SR coin is :func:`snip.formats.cast.counter_uniforms` of the
@@ -1444,15 +1491,20 @@ def quantize_fused(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Roundi
     """
     if not -x.dim() <= axis < x.dim():
         raise ValueError(f"axis {axis} is out of range for a {x.dim()}-D tensor")
-    _follow_torch_threads(x.numel())
     x = x.contiguous()
     sr = rounding is Rounding.STOCHASTIC
     key = (spec, x.shape, axis, sr, None if counters is DEFAULT_COUNTERS else counters)
-    run = _PLANS.get(key)
-    if run is None:
+    entry = _PLANS.get(key)
+    if entry is None:
         if len(_PLANS) >= _PLANS_MAX:
             _PLANS.clear()
-        run = _PLANS[key] = _plan(spec, tuple(x.shape), axis % x.dim(), sr, counters)
+        entry = _PLANS[key] = (_plan(spec, tuple(x.shape), axis % x.dim(), sr, counters),
+                               _ThreadChoice())
+    run, choice = entry
+    n = x.numel()
+    adapt = _ADAPT and _ADAPT_MIN <= n < _PARALLEL_MIN and torch.get_num_threads() > 1
+    parallel = choice.pick() if adapt else n >= _PARALLEL_MIN
+    _follow_torch_threads(n, parallel)
     out = empty_like(x, dtype)
     if not sr:
         k0 = k1 = 0
@@ -1460,12 +1512,17 @@ def quantize_fused(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Roundi
         k0, k1 = seed_key(generator)
     else:
         k0, k1 = draw_key(generator)
+    if not adapt:
+        run(_np(x), _np(out), k0, k1)
+        return out
+    t = time.perf_counter()
     run(_np(x), _np(out), k0, k1)
+    choice.record(parallel, time.perf_counter() - t)
     return out
 
 
 _Run = Callable[[np.ndarray, np.ndarray, int, int], None]  # (x, out, SR key words) -> None
-_PLANS: dict[tuple, _Run] = {}
+_PLANS: dict[tuple, tuple[_Run, _ThreadChoice]] = {}
 _PLANS_MAX = 4096  # distinct calls remembered (a training run makes a few dozen)
 _Z = np.float32(0)
 
