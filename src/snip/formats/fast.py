@@ -91,13 +91,15 @@ class _ThreadChoice:
     """One kind of quantizer call (a plan) of middle size: one thread or all of torch's?
 
     The first ``2 * PROBES`` calls alternate the two, timed (wall clock, the kernel call alone);
-    then the one with the lower median runs, one thread unless all threads are faster by 5 %;
-    every ``EVERY`` calls both are tried again, so a machine that gets busy (or quiet) is
-    followed.  The result does not depend on the thread count (the kernels' contract), so this
-    only moves time."""
+    then all threads run only if every one of their calls took under 0.8x every one-thread call
+    (on a loaded machine a parallel region now and then waits a scheduler tick for a thread, and
+    a one-thread call is the safe side); every ``EVERY`` calls both are tried again, so a
+    machine that gets busy (or quiet) is followed.  The result does not depend on the thread
+    count (the kernels' contract), so this only moves time."""
 
-    PROBES = 3
-    EVERY = 256
+    PROBES = 4  # timed calls of each kind
+    EVERY = 256  # calls between two rounds of probes
+    MARGIN = 0.8  # all threads must be this much faster, on every probe
 
     __slots__ = ("times", "calls", "parallel")
 
@@ -122,8 +124,7 @@ class _ThreadChoice:
             self.times = ([], [])
         self.times[parallel].append(seconds)
         if k == 2 * self.PROBES - 1:
-            one, every = (sorted(t)[len(t) // 2] for t in self.times)
-            self.parallel = every < 0.95 * one
+            self.parallel = max(self.times[True]) < self.MARGIN * min(self.times[False])
 
 
 def _follow_torch_threads(numel: int | None = None, parallel: bool | None = None) -> None:
