@@ -123,8 +123,9 @@ class _ThreadChoice:
         if k == 0:
             self.times = ([], [])
         self.times[parallel].append(seconds)
-        if k == 2 * self.PROBES - 1:
-            self.parallel = max(self.times[True]) < self.MARGIN * min(self.times[False])
+        one, every = self.times[False], self.times[True]
+        if k == 2 * self.PROBES - 1 and one and every:  # (both non-empty even if two threads
+            self.parallel = max(every) < self.MARGIN * min(one)  # share this plan)
 
 
 def _follow_torch_threads(numel: int | None = None, parallel: bool | None = None) -> None:
