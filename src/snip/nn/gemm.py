@@ -299,7 +299,7 @@ class _Saved:
     ``w_quantized`` marks a ``W`` that is already ``Q_dgrad(W)`` (reused from fprop).
     """
 
-    def __init__(self, cfg: GemmConfig, native: bool = False) -> None:
+    def __init__(self, cfg: GemmConfig, native: bool = False, bf16: bool = False) -> None:
         self.cfg = cfg
         self.native = native  # gemm="native" resolved to run on this device
         self.bytes = SavedBytes()
@@ -308,7 +308,7 @@ class _Saved:
         self.w_quantized = False
         self.x_quantized = False  # x is already Q_wgrad(X) (reused from fprop)
         self.dy: tuple[QuantSpec, Fp8Operand] | None = None  # native: dY codes shared by GEMMs
-        self.bf16 = False  # the emulated GEMMs take bf16 operands (bf16_operands)
+        self.bf16 = bf16  # the emulated GEMMs take bf16 operands (bf16_operands)
 
     @property
     def accum(self) -> Accum:
@@ -338,13 +338,12 @@ class _Saved:
 
     @classmethod
     def unstash(cls, ctx, cfg: GemmConfig) -> _Saved:
-        saved = cls(cfg, ctx.native)
+        saved = cls(cfg, ctx.native, ctx.bf16)
         tx, tw = ctx.saved_tensors
         px, pw = ctx.packed
         saved.x, saved.w = px if tx is None else tx, pw if tw is None else tw
         saved.w_quantized = ctx.w_quantized
         saved.x_quantized = ctx.x_quantized
-        saved.bf16 = ctx.bf16
         return saved
 
 
@@ -407,8 +406,7 @@ def linear_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
     native = cfg.gemm is GemmImpl.NATIVE and resolve_native(x.device, cfg.strict)
     with _no_autocast(x.device):
         x2 = x.reshape(-1, x.shape[-1])
-        saved = _Saved(cfg, native)
-        saved.bf16 = bf16_operands(cfg.accum, x.device)
+        saved = _Saved(cfg, native, bf16_operands(cfg.accum, x.device))
         y = _native_fprop(x2, weight, bias, saved, needs_backward) if native else None
         if y is None:
             wq = _fprop_weight(weight, saved, needs_backward)
@@ -427,8 +425,7 @@ def hp_saved(x: torch.Tensor, weight: torch.Tensor, cfg: GemmConfig) -> _Saved:
     the bits the eager forward would have saved: a reused ``Q_fprop(X)`` equals ``Q_wgrad(X)``
     (:func:`input_reusable`: RNE, axis-free), and a reused ``Q_fprop(W)`` is recomputed with
     fprop's spec, axis and seed."""
-    saved = _Saved(cfg)
-    saved.bf16 = bf16_operands(cfg.accum, x.device)
+    saved = _Saved(cfg, bf16=bf16_operands(cfg.accum, x.device))
     saved.x = x.reshape(-1, x.shape[-1])
     s = cfg.specs
     if _dgrad_takes_fprop_weight(s, native=False):
