@@ -12,17 +12,24 @@ rounds, 8 timed; median wall ms and median per-round ratio to the fp32 step).  R
 quiet machine, then with a busy loop on one core at equal priority (``python3 -c "while True:
 pass" &``) for the loaded case.
 
-    PYTHONPATH=src python benchmarks/bench_parallel_min.py
+    PYTHONPATH=src python benchmarks/bench_parallel_min.py [--out rounds.json]
+
+``--out`` writes every round's wall seconds per (case, preset, setting), for paired
+per-round comparisons of two settings.
 """
 
+import argparse
+import json
 import statistics
 import sys
 
 import torch
 
 try:
+    from benchmarks._util import cpu_info
     from benchmarks.bench_train_step import Arm
 except ImportError:  # run as a script from the benchmarks directory
+    from _util import cpu_info
     from bench_train_step import Arm
 from snip.formats import fast
 
@@ -37,7 +44,11 @@ def _use(setting: int | str) -> None:
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default=None, help="JSON file for every round's wall seconds")
+    args = ap.parse_args()
     torch.set_num_threads(2)
+    rounds: dict = {}
     for name, (b, t) in CASES:
         g = torch.Generator().manual_seed(1)
         tok = torch.randint(256, (b, t + 1), generator=g)
@@ -64,6 +75,10 @@ def main() -> None:
             ratio = statistics.median(x / y for x, y in zip(v, base, strict=True))
             print(name, b * t, k, f"{statistics.median(v) * 1e3:.1f} ms",
                   f"ratio {ratio:.3f}", flush=True)
+            rounds[f"{name} {b * t} {k[0]} {k[1]}"] = v
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"cpu": cpu_info(), "rounds_s": rounds}, f, indent=1)
 
 
 if __name__ == "__main__":
