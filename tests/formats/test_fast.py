@@ -287,15 +287,19 @@ def test_sr_span_equals_scalar_rounding(per_element):
 @pytest.mark.parametrize("rounding", ["rne", "stochastic"])
 def test_long_blocks_block_by_block(dtype, rounding, monkeypatch):
     """1x128 blocks are rounded block by block with scalar scales (a constant-size loop for whole
-    rows, run-time with a short last block otherwise): same bits as the torch path on padded
-    rows, NaN/inf blocks and all-zero blocks, and the same SR bits whatever the thread count."""
+    rows, run-time with a short last block otherwise; several short rows a task): same bits as
+    the torch path on padded rows, NaN/inf blocks and all-zero blocks, and the same SR bits
+    whatever the thread count."""
     g = torch.Generator().manual_seed(6)
     x = torch.randn(7, 300, generator=g) * torch.logspace(-5, 5, 300)
     x[1, 130] = float("nan")
     x[2, 5] = float("-inf")
     x[3, :128] = 0.0
+    # (7, 300), (200, 64), (70, 192): rows shorter than half a task, several rows a task (the
+    # last task short; 64- and 192-wide rows are the 1x128 blocks of a width-64 model)
     cases = [x, torch.randn(3, 1029, generator=g), torch.randn(5, 4096 * 3, generator=g),
-             torch.randn(6, 128, 2, generator=g)]
+             torch.randn(6, 128, 2, generator=g), torch.randn(200, 64, generator=g),
+             torch.randn(70, 192, generator=g)]
     monkeypatch.setattr(fast, "_PARALLEL_MIN", 0)
     for case in cases:
         case = case.to(dtype)
@@ -307,14 +311,15 @@ def test_long_blocks_block_by_block(dtype, rounding, monkeypatch):
                 torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
     before = torch.get_num_threads()
     try:
-        outs = []
-        for threads in (1, 3):
-            torch.set_num_threads(threads)
-            outs.append(quantize(cases[2].to(dtype), "fp8_e4m3_tile128", rounding=rounding,
-                                 generator=8))
+        for case in (cases[2], cases[4]):
+            outs = []
+            for threads in (1, 3):
+                torch.set_num_threads(threads)
+                outs.append(quantize(case.to(dtype), "fp8_e4m3_tile128", rounding=rounding,
+                                     generator=8))
+            assert torch.equal(outs[0], outs[1])
     finally:
         torch.set_num_threads(before)
-    assert torch.equal(outs[0], outs[1])
 
 
 @pytest.mark.parametrize("k", [16, 32, 128])

@@ -12,7 +12,9 @@ per-channel and 1-D block scaling along any axis, on fp32 or bf16 input:
   rescales the run, storing straight into the output (bf16 stores round to nearest even like
   torch): whole blocks of 16, 32 or 128 block by block with scalar scales in loops of constant
   trip count (one branch per size), other blocks of 64 or more block by block, shorter ones
-  after broadcasting the scales into L1 (one straight vectorized loop).  Per-tensor scaling
+  after broadcasting the scales into L1 (one straight vectorized loop); rows shorter than half
+  a run with blocks of 64 or more (1x128 blocks over a 64-wide row) go several rows a task
+  (:func:`_fused_short_rows`), not one task and three allocations per row.  Per-tensor scaling
   and NVFP4 read the input twice (the tensor amax first); NVFP4's first pass also stores every
   block's maximum, so the second pass only computes scales and rounds;
 * blocks along a middle axis (axis 0 of a matrix: the weight-gradient operands) are handled
@@ -24,8 +26,9 @@ per-channel and 1-D block scaling along any axis, on fp32 or bf16 input:
   the padded blocks layout, one 32-bit hash per pair of elements (:func:`sr_uniform_reference`
   is the definition; here as i32 LLVM IR so that it vectorizes): the same numbers whatever the
   thread count, and the reference path (:func:`snip.formats.cast.counter_uniforms`) draws them
-  too.  The kernels hash each pair inside the rounding loop (or a whole block's pairs into an
-  L1 buffer), on a 32-bit counter within runs that share the counter's high word, and round
+  too.  The kernels hash up to 64 pairs into an L1 buffer that the rounding loop reads (or,
+  for column blocks and NVFP4's blocks of 16, each pair inside the rounding loop), on a 32-bit
+  counter within runs that share the counter's high word, and round
   up as ``ceil(t - u)`` (the reference's ``floor(t) + (u < frac(t))``, exactly);
 * the output (the only large allocation) comes from :class:`_BufferCache`, which recycles
   snip's own freed output buffers: a fresh 64 MiB allocation page-faults for 5-20x longer than
@@ -700,12 +703,19 @@ if AVAILABLE:
     @njit(error_model="numpy")
     def _sr_span(xs, os_, enc, dec, base, mbits, emin, emax, maxn, k0, k1):
         """Stochastic rounding onto a float grid, SR counter ``base + j``; ``enc``/``dec``: one
-        scale, or one per element.  Each pair is hashed once, on a 32-bit counter: groups of
-        ``_SR_GROUP`` pairs into an L1 buffer that the rounding loop then reads in element
-        order, the rest in one loop over pairs that rounds both elements (both vectorize)."""
+        scale, or one per element (:func:`_sr_span_buf` with a buffer of its own)."""
+        _sr_span_buf(xs, os_, enc, dec, base, mbits, emin, emax, maxn, k0, k1,
+                     np.empty(_SR_GROUP, np.uint32))
+
+    @njit(error_model="numpy")
+    def _sr_span_buf(xs, os_, enc, dec, base, mbits, emin, emax, maxn, k0, k1, hb):
+        """:func:`_sr_span` with the caller's L1 buffer ``hb`` (``_SR_GROUP`` words).  Each pair
+        is hashed once, on a 32-bit counter: up to ``_SR_GROUP`` pairs at a time into ``hb``,
+        which the rounding loop then reads in element order (both loops vectorize; a loop
+        over pairs that rounds both elements of each did not, 5x slower on 64-element
+        blocks)."""
         n = xs.shape[0]
         j = 0
-        hb = np.empty(_SR_GROUP, np.uint32)
         u16 = hb.view(np.uint16)
         if n > 0 and base & 1:  # odd start: the high half of the first pair
             u = np.float32(_u16(base, k0, k1))
@@ -720,28 +730,63 @@ if AVAILABLE:
             c = k1 + hi * SR_GOLDEN
             x2, o2, e2, d2 = xs[j:], os_[j:], _tail(enc, j), _tail(dec, j)  # indices from range
             ngrp = npair // _SR_GROUP
-            for g in range(ngrp):  # groups: the hashes into L1, then the elements in order
-                gx = x2[g * 2 * _SR_GROUP:(g + 1) * 2 * _SR_GROUP]
-                go = o2[g * 2 * _SR_GROUP:(g + 1) * 2 * _SR_GROUP]
-                ge = _tail(e2, g * 2 * _SR_GROUP)
-                gd = _tail(d2, g * 2 * _SR_GROUP)
+            for g in range(ngrp):  # whole groups: constant trip counts
+                g0 = g * _SR_GROUP
                 for q in range(_SR_GROUP):
-                    hb[q] = _pair_hash32(g * _SR_GROUP + q, lo0, k0, c)
+                    hb[q] = _pair_hash32(g0 + q, lo0, k0, c)
+                gx = x2[2 * g0:2 * (g0 + _SR_GROUP)]
+                go = o2[2 * g0:2 * (g0 + _SR_GROUP)]
+                ge = _tail(e2, 2 * g0)
+                gd = _tail(d2, 2 * g0)
                 for i in range(2 * _SR_GROUP):
                     _st(go, i, _sr_elem(_ld(gx, i), np.float32(u16[i]), _at(ge, i), _at(gd, i),
                                         mbits, emin, emax, maxn))
-            for q in range(ngrp * _SR_GROUP, npair):
-                u0, u1 = _pair_coins(q, lo0, k0, c)
-                i = 2 * q
-                _st(o2, i, _sr_elem(_ld(x2, i), u0, _at(e2, i), _at(d2, i), mbits, emin, emax,
-                                    maxn))
-                _st(o2, i + 1, _sr_elem(_ld(x2, i + 1), u1, _at(e2, i + 1), _at(d2, i + 1),
-                                        mbits, emin, emax, maxn))
+            g0 = ngrp * _SR_GROUP
+            m = npair - g0  # the last, partial group
+            for q in range(m):
+                hb[q] = _pair_hash32(g0 + q, lo0, k0, c)
+            gx = x2[2 * g0:2 * npair]
+            go = o2[2 * g0:2 * npair]
+            ge = _tail(e2, 2 * g0)
+            gd = _tail(d2, 2 * g0)
+            for i in range(2 * m):
+                _st(go, i, _sr_elem(_ld(gx, i), np.float32(u16[i]), _at(ge, i), _at(gd, i),
+                                    mbits, emin, emax, maxn))
             j += 2 * npair
         if j < n:  # odd end: the low half of the last pair
             u = np.float32(_u16(base + j, k0, k1))
             _st(os_, j, _sr_elem(_ld(xs, j), u, _at(enc, j), _at(dec, j), mbits, emin, emax,
                                  maxn))
+
+    @njit(error_model="numpy")
+    def _run_rows(xs, os_, nrows, length, k, base, padded, sfmt, pow2, emax_elem, maxn, mul,
+                  t_dec, mbits, emin, emax, maxne, sr, k0, k1):
+        """:func:`_run` for ``nrows`` whole rows of ``length`` (the last block of a row may be
+        short) with blocks of ``k >= _LONG_BLOCK`` onto a float grid: the block maxima and
+        scales of all the rows at once, then block by block with scalar scales; row ``i``'s SR
+        counters start at ``base + i * padded``.  Short rows (a 128-block over a 64-wide row)
+        would otherwise pay a task, three allocations and a call per row."""
+        nb = (length + k - 1) // k
+        m = np.empty(nrows * nb, np.int32)
+        for i in range(nrows):
+            for b in range(nb):
+                lo = i * length + b * k
+                m[i * nb + b] = _max_bits(xs[lo:i * length + min(length, (b + 1) * k)])
+        enc = np.empty(nrows * nb, np.float32)
+        dec = np.empty(nrows * nb, np.float32)
+        _scales(m, enc, dec, sfmt, pow2, emax_elem, maxn, mul, t_dec)
+        hb = np.empty(_SR_GROUP, np.uint32)
+        for i in range(nrows):
+            for b in range(nb):
+                lo = i * length + b * k
+                hi = i * length + min(length, (b + 1) * k)
+                if sr:
+                    _sr_span_buf(xs[lo:hi], os_[lo:hi], enc[i * nb + b], dec[i * nb + b],
+                                 base + i * padded + b * k, mbits, emin, emax, maxne, k0, k1,
+                                 hb)
+                else:
+                    _rne_span(xs[lo:hi], os_[lo:hi], enc[i * nb + b], dec[i * nb + b], mbits,
+                              emin, emax, maxne)
 
     @njit(error_model="numpy")
     def _any_span(xs, os_, enc, dec, base, is_int, mbits, emin, emax, maxn, step, inv_step, sr,
@@ -973,6 +1018,21 @@ if AVAILABLE:
             mb = bmax[r * nb + b0:r * nb + b1] if bmax.shape[0] > 0 else bmax
             _run(x[start:stop], out[start:stop], k, b1 - b0, base, mb, sfmt, pow2, emax_elem,
                  maxn, mul, t_dec, is_int, mbits, emin, emax, maxne, step, inv_step, sr, k0, k1)
+
+    @njit(parallel=True, cache=True, error_model="numpy")
+    def _fused_short_rows(x, out, n_rows, length, k, padded, c_off, sfmt, pow2, emax_elem, maxn,
+                          mbits, emin, emax, maxne, sr, k0, k1):
+        """:func:`_fused_rows` for rows shorter than half a task (``2 * length <= _CHUNK``) with
+        long blocks (``k >= _LONG_BLOCK``, float grid, per-block scales): each task takes
+        ``_CHUNK // length`` whole rows (:func:`_run_rows`), where ``_fused_rows`` would take
+        one.  Same arithmetic, same SR counters (``c_off + row * padded + l``)."""
+        rpt = _CHUNK // length
+        for u in prange((n_rows + rpt - 1) // rpt):
+            r0 = u * rpt
+            r1 = min(n_rows, r0 + rpt)
+            _run_rows(x[r0 * length:r1 * length], out[r0 * length:r1 * length], r1 - r0, length,
+                      k, c_off + r0 * padded, padded, sfmt, pow2, emax_elem, maxn, _Z, _Z, mbits,
+                      emin, emax, maxne, sr, k0, k1)
 
     @njit(parallel=True, cache=True, error_model="numpy")
     def _fused_cols(x, out, n_outer, length, inner, k, padded, c_off, sfmt, pow2, emax_elem,
@@ -1570,6 +1630,13 @@ def _plan(spec: QuantSpec, shape: tuple[int, ...], axis: int, sr: bool,
         if whole and stride == padded:  # whole blocks: one long row balances best
             outer, length, padded = 1, outer * length, outer * length
             stride = padded
+        if first is None and k >= _LONG_BLOCK and 2 * length <= _CHUNK and not elem[0]:
+            short = (outer, length, k, stride, counters.offset, sfmt, pow2, emax_elem, maxn,
+                     *elem[1:5], sr)
+
+            def short_rows(xs: np.ndarray, os_: np.ndarray, k0: int, k1: int) -> None:
+                _fused_short_rows(xs, os_, *short, k0, k1)
+            return short_rows
         head = (outer, length, k, kt, stride, counters.offset)
         mid = (sfmt, pow2, emax_elem, maxn)
         if first is None:
