@@ -1,0 +1,44 @@
+"""Paired after - before of cpu_vs_fp32 per model and arm over the run pairs in this folder
+(the pre-registered analysis of PLAN.md): mean and 95 % t-interval, n = run pairs.
+
+    python benchmarks/results/issue21/xeon/short_rows/paired.py
+"""
+
+import json
+import statistics
+from pathlib import Path
+
+from scipy import stats
+
+HERE = Path(__file__).parent
+
+
+def ratios(path: Path) -> dict[tuple[str, str], float]:
+    runs = json.loads(path.read_text())["runs"]
+    return {(m, a): v["cpu_vs_fp32"] for r in runs.values() for m, mv in r["models"].items()
+            for a, v in mv["arms"].items() if "cpu_vs_fp32" in v}
+
+
+def main() -> None:
+    pairs = []
+    i = 1
+    while (HERE / f"before_{i}.json").exists() and (HERE / f"after_{i}.json").exists():
+        pairs.append((ratios(HERE / f"before_{i}.json"), ratios(HERE / f"after_{i}.json")))
+        i += 1
+    n = len(pairs)
+    print(f"n = {n} run pairs; after - before of cpu_vs_fp32, mean [95% t-interval]")
+    for key in pairs[0][0]:
+        if key[1] == "fp32":
+            continue
+        d = [a[key] - b[key] for b, a in pairs]
+        before = statistics.mean(b[key] for b, _ in pairs)
+        after = statistics.mean(a[key] for _, a in pairs)
+        m = statistics.mean(d)
+        h = stats.t.ppf(0.975, n - 1) * statistics.stdev(d) / n ** 0.5 if n > 1 else float("nan")
+        tag = "resolved" if abs(m) > h else "unresolved"
+        print(f"{key[0]:10s} {key[1]:18s} {before:5.2f} -> {after:5.2f}  {m:+.3f} "
+              f"[{m - h:+.3f}, {m + h:+.3f}]  {tag}")
+
+
+if __name__ == "__main__":
+    main()
