@@ -1,11 +1,12 @@
-"""Paired after - before of cpu_vs_fp32 per model and arm over the run pairs in this folder
-(the pre-registered analysis of PLAN.md): mean and 95 % t-interval, n = run pairs.
+"""Paired after - before of cpu_vs_fp32 per model and arm over the run pairs in a folder
+(the pre-registered analysis of its PLAN.md): mean and 95 % t-interval, n = run pairs.
 
-    python benchmarks/results/issue21/xeon/short_rows/paired.py
+    python benchmarks/results/issue21/xeon/short_rows/paired.py [FOLDER]   # default: this one
 """
 
 import json
 import statistics
+import sys
 from pathlib import Path
 
 from scipy import stats
@@ -20,10 +21,11 @@ def ratios(path: Path) -> dict[tuple[str, str], float]:
 
 
 def main() -> None:
+    here = Path(sys.argv[1]) if len(sys.argv) > 1 else HERE
     pairs = []
     i = 1
-    while (HERE / f"before_{i}.json").exists() and (HERE / f"after_{i}.json").exists():
-        pairs.append((ratios(HERE / f"before_{i}.json"), ratios(HERE / f"after_{i}.json")))
+    while (here / f"before_{i}.json").exists() and (here / f"after_{i}.json").exists():
+        pairs.append((ratios(here / f"before_{i}.json"), ratios(here / f"after_{i}.json")))
         i += 1
     n = len(pairs)
     print(f"n = {n} run pairs; after - before of cpu_vs_fp32, mean [95% t-interval]")
