@@ -1,0 +1,77 @@
+"""One quantizer call at the operand shapes of the small models (issue 21), per preset, axis and
+rounding: what a training step at width 64-256 calls hundreds of times.
+
+``snip.nn.gemm.quantize_operand`` (the call a layer makes for each GEMM operand) on fp32
+operands of 1024 tokens by 64, 192, 128, 256 and 704 features (the activations of
+``tiny-deep``, ``small`` and ``w256`` at 1024 tokens per step), along the last axis (fprop and
+dgrad operands) and axis 0 (wgrad operands), round-to-nearest-even and stochastic, every preset
+of ``bench_train_step.py`` but ``bf16``.  Calls are timed in interleaved rounds (one batch of
+calls of every case per round, CPU time of this process, 1 thread) and each figure is the median
+per call over the rounds.  Run it on two commits to compare them (alternate the processes).
+
+    PYTHONPATH=src python benchmarks/bench_small_calls.py --out calls.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from snip.formats import Rounding, get_spec
+from snip.nn.gemm import quantize_operand
+
+try:
+    from benchmarks._util import cpu_info
+except ImportError:  # run as a script from the benchmarks directory
+    from _util import cpu_info
+
+PRESETS = ["fp8_e4m3", "fp8_e4m3_tile128", "mxfp8_e4m3", "mxfp4", "nvfp4", "fp4_e2m1_tile128",
+           "fp4_e2m1_tensor"]
+FEATURES = [64, 192, 128, 256, 704]
+TOKENS = 1024
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--calls", type=int, default=20, help="calls of a case per round")
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    g = torch.Generator().manual_seed(0)
+    cases = []
+    for preset in PRESETS:
+        spec = get_spec(preset)
+        for f in FEATURES:
+            x = torch.randn(TOKENS, f, generator=g)
+            for axis in (-1, 0):
+                for rounding in (Rounding.RNE, Rounding.STOCHASTIC):
+                    cases.append((f"{preset} {TOKENS}x{f} axis {axis} {rounding.value}",
+                                  x, spec, axis, rounding))
+    times: dict[str, list[float]] = {c[0]: [] for c in cases}
+    for _, x, spec, axis, rounding in cases:  # compile and plan outside the rounds
+        quantize_operand(x, spec, axis, rounding, 7)
+    for _ in range(args.rounds):
+        for name, x, spec, axis, rounding in cases:
+            c0 = time.process_time()
+            for i in range(args.calls):
+                quantize_operand(x, spec, axis, rounding, 7 + i)
+            times[name].append((time.process_time() - c0) / args.calls * 1e6)
+    rows = {name: {"us": statistics.median(ts), "rounds_us": ts} for name, ts in times.items()}
+    for name, r in rows.items():
+        print(f"{name:48s} {r['us']:8.1f} us")
+    args.out.write_text(json.dumps({
+        "command": f"python benchmarks/bench_small_calls.py --rounds {args.rounds} "
+                   f"--calls {args.calls} --out {args.out}",
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "torch": torch.__version__, "cpu": cpu_info(), "threads": 1, "calls": rows,
+    }, indent=1))
+
+
+if __name__ == "__main__":
+    main()
