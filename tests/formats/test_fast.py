@@ -348,7 +348,7 @@ def test_run_block_kernels_equal_scalar_rounding(k):
                 for sr in (False, True):
                     for base in (0, 6 * k, (1 << 33) - 2 * k, (3 << 40) + 2 * k):
                         got = np.zeros_like(xs[:n])
-                        fast._run(xs[:n], got, k, nblk, base, fast._NO_BMAX, sfmt, False,
+                        fast._run(xs[:n], got, k, nblk, base, sfmt, False,
                                   el.emax, maxn, mul, t_dec, False, el.mbits, el.emin, el.emax,
                                   maxn, f32(el.step), f32(1 / el.step), sr, *key)
                         m = np.array([fast._max_bits(xs[b * k:min(n, (b + 1) * k)])

@@ -925,22 +925,28 @@ if AVAILABLE:
                      emax, maxn, k0, k1)
 
     @njit(error_model="numpy")
-    def _run(xs, os_, k, nblk, base, mb, sfmt, pow2, emax_elem, maxn, mul, t_dec, is_int, mbits,
+    def _run(xs, os_, k, nblk, base, sfmt, pow2, emax_elem, maxn, mul, t_dec, is_int, mbits,
              emin, emax, maxne, step, inv_step, sr, k0, k1):
-        """``nblk`` consecutive blocks of ``k`` (the last may be short): amaxes (or the block
-        maxima ``mb`` of a first pass, when not empty), scales, then the rounding: block by
+        """``nblk`` consecutive blocks of ``k`` (the last may be short): their amaxes, then
+        :func:`_round_run`."""
+        n = xs.shape[0]
+        m = np.empty(nblk, np.int32)
+        for b in range(nblk):
+            m[b] = _max_bits(xs[b * k:min(n, (b + 1) * k)])
+        _round_run(xs, os_, k, nblk, base, m, sfmt, pow2, emax_elem, maxn, mul, t_dec, is_int,
+                   mbits, emin, emax, maxne, step, inv_step, sr, k0, k1)
+
+    @njit(error_model="numpy")
+    def _round_run(xs, os_, k, nblk, base, m, sfmt, pow2, emax_elem, maxn, mul, t_dec, is_int,
+                   mbits, emin, emax, maxne, step, inv_step, sr, k0, k1):
+        """``nblk`` consecutive blocks of ``k`` (the last may be short) whose |x| bit maxima
+        are ``m`` (:func:`_run`'s, or NVFP4's first pass): scales, then the rounding, block by
         block with scalar scales (whole blocks of 16/32/128 in constant-trip-count loops; any
         block of ``_LONG_BLOCK`` or more), else one scale per element broadcast into L1 and one
-        straight vectorized pass over the run."""
+        straight vectorized pass over the run.  (One function for both sources of ``m``,
+        binding it to the argument in one branch and to a fresh array in the other, compiled
+        the whole run ~1.8x slower.)"""
         n = xs.shape[0]
-        # a fresh array either way: binding ``m`` to ``mb`` in one branch made the whole run
-        # (the rounding too) ~1.8x slower than the copy costs
-        m = np.empty(nblk, np.int32)
-        if mb.shape[0] > 0:
-            m[:] = mb
-        else:
-            for b in range(nblk):
-                m[b] = _max_bits(xs[b * k:min(n, (b + 1) * k)])
         enc = np.empty(nblk, np.float32)
         dec = np.empty(nblk, np.float32)
         _scales(m, enc, dec, sfmt, pow2, emax_elem, maxn, mul, t_dec)
@@ -1017,9 +1023,14 @@ if AVAILABLE:
                 _span(x[start:stop], out[start:stop], fix_enc, fix_dec, base, is_int, mbits,
                       emin, emax, maxne, step, inv_step, sr, k0, k1)
                 continue
-            mb = bmax[r * nb + b0:r * nb + b1] if bmax.shape[0] > 0 else bmax
-            _run(x[start:stop], out[start:stop], k, b1 - b0, base, mb, sfmt, pow2, emax_elem,
-                 maxn, mul, t_dec, is_int, mbits, emin, emax, maxne, step, inv_step, sr, k0, k1)
+            if bmax.shape[0] > 0:
+                _round_run(x[start:stop], out[start:stop], k, b1 - b0, base,
+                           bmax[r * nb + b0:r * nb + b1], sfmt, pow2, emax_elem, maxn, mul,
+                           t_dec, is_int, mbits, emin, emax, maxne, step, inv_step, sr, k0, k1)
+            else:
+                _run(x[start:stop], out[start:stop], k, b1 - b0, base, sfmt, pow2, emax_elem,
+                     maxn, mul, t_dec, is_int, mbits, emin, emax, maxne, step, inv_step, sr, k0,
+                     k1)
 
     @njit(parallel=True, cache=True, error_model="numpy")
     def _fused_short_rows(x, out, n_rows, length, k, padded, c_off, sfmt, pow2, emax_elem, maxn,
