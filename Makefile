@@ -20,6 +20,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check "$(TORCH_SPEC)"
 	$(BIN)/pip install --quiet --disable-pip-version-check -e ".[dev]"
+	$(BIN)/python -m snip.formats.warm
 	touch $(STAMP)
 
 setup: $(STAMP)

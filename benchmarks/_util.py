@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +23,14 @@ def wall_times(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> l
         fn()
         times.append(time.perf_counter() - t0)
     return times
+
+
+def warm_kernels() -> None:
+    """Fill numba's cache in a child process (``python -m snip.formats.warm``), so that this
+    process loads every quantizer kernel: code numba compiled in the process that runs it ran
+    up to 8x slower per call (RESULTS §7g), and a timing must not depend on whether an earlier
+    process happened to compile a kernel first."""
+    subprocess.run([sys.executable, "-m", "snip.formats.warm"], check=True)
 
 
 def best_time(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> float:

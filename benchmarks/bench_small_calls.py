@@ -26,9 +26,9 @@ from snip.formats import Rounding, get_spec
 from snip.nn.gemm import quantize_operand
 
 try:
-    from benchmarks._util import cpu_info
+    from benchmarks._util import cpu_info, warm_kernels
 except ImportError:  # run as a script from the benchmarks directory
-    from _util import cpu_info
+    from _util import cpu_info, warm_kernels
 
 PRESETS = ["fp8_e4m3", "fp8_e4m3_tile128", "mxfp8_e4m3", "mxfp4", "nvfp4", "fp4_e2m1_tile128",
            "fp4_e2m1_tensor"]
@@ -42,6 +42,7 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=20, help="calls of a case per round")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
+    warm_kernels()
     torch.set_num_threads(1)
     g = torch.Generator().manual_seed(0)
     cases = []

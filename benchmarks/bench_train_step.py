@@ -63,9 +63,9 @@ from snip.train.config import DEFAULT_PRESET, PrecisionSection
 from snip.train.precision import make_controller
 
 try:
-    from benchmarks._util import cpu_info
+    from benchmarks._util import cpu_info, warm_kernels
 except ImportError:  # run as a script from the benchmarks directory
-    from _util import cpu_info
+    from _util import cpu_info, warm_kernels
 
 PRESETS = ["bf16", "fp8_e4m3", "fp8_e4m3_tile128", "mxfp8_e4m3", "mxfp4", "nvfp4",
            "fp4_e2m1_tile128", "fp4_e2m1_tensor"]
@@ -261,6 +261,7 @@ def main() -> None:
         SHAPES.update(QUICK_SHAPES)
     out = args.out or RESULTS / ("bench_train_step_quick.json" if args.quick
                                  else "bench_train_step.json")
+    warm_kernels()
     info = cpu_info()
     results: dict = {
         "command": "python benchmarks/bench_train_step.py " + " ".join(sys.argv[1:]),
