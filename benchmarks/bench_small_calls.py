@@ -5,9 +5,13 @@ rounding: what a training step at width 64-256 calls hundreds of times.
 operands of 1024 tokens by 64, 192, 128, 256 and 704 features (the activations of
 ``tiny-deep``, ``small`` and ``w256`` at 1024 tokens per step), along the last axis (fprop and
 dgrad operands) and axis 0 (wgrad operands), round-to-nearest-even and stochastic, every preset
-of ``bench_train_step.py`` but ``bf16``.  Calls are timed in interleaved rounds (one batch of
-calls of every case per round, CPU time of this process, 1 thread) and each figure is the median
-per call over the rounds.  Run it on two commits to compare them (alternate the processes).
+of ``bench_train_step.py`` but ``bf16``; ``--bf16``: the operands made in bf16, as for bf16
+GEMMs (``accum="auto"``).  Calls are timed in interleaved rounds (one batch of calls of every
+case per round, CPU time of this process, 1 thread) and each figure is the median per call over
+the rounds.  Run it on two commits to compare them (alternate the processes).  The kernels are
+first put in numba's cache by a child process (``snip.formats.warm``) and loaded from there;
+``--no-warm`` skips that, so that with an empty ``NUMBA_CACHE_DIR`` this process compiles them
+itself (what RESULTS §7g compares).
 
     PYTHONPATH=src python benchmarks/bench_small_calls.py --out calls.json
 """
@@ -16,7 +20,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -40,9 +46,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--calls", type=int, default=20, help="calls of a case per round")
+    ap.add_argument("--bf16", action="store_true", help="operands made in bf16 (bf16 GEMMs)")
+    ap.add_argument("--no-warm", action="store_true",
+                    help="do not fill numba's cache first (compile in this process if empty)")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
-    warm_kernels()
+    if not args.no_warm:
+        warm_kernels()
     torch.set_num_threads(1)
     g = torch.Generator().manual_seed(0)
     cases = []
@@ -56,21 +66,22 @@ def main() -> None:
                                   x, spec, axis, rounding))
     times: dict[str, list[float]] = {c[0]: [] for c in cases}
     for _, x, spec, axis, rounding in cases:  # compile and plan outside the rounds
-        quantize_operand(x, spec, axis, rounding, 7)
+        quantize_operand(x, spec, axis, rounding, 7, bf16=args.bf16)
     for _ in range(args.rounds):
         for name, x, spec, axis, rounding in cases:
             c0 = time.process_time()
             for i in range(args.calls):
-                quantize_operand(x, spec, axis, rounding, 7 + i)
+                quantize_operand(x, spec, axis, rounding, 7 + i, bf16=args.bf16)
             times[name].append((time.process_time() - c0) / args.calls * 1e6)
     rows = {name: {"us": statistics.median(ts), "rounds_us": ts} for name, ts in times.items()}
     for name, r in rows.items():
         print(f"{name:48s} {r['us']:8.1f} us")
     args.out.write_text(json.dumps({
-        "command": f"python benchmarks/bench_small_calls.py --rounds {args.rounds} "
-                   f"--calls {args.calls} --out {args.out}",
+        "command": "python benchmarks/bench_small_calls.py " + " ".join(sys.argv[1:]),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "torch": torch.__version__, "cpu": cpu_info(), "threads": 1, "calls": rows,
+        "torch": torch.__version__, "cpu": cpu_info(), "threads": 1, "bf16": args.bf16,
+        "numba_cache_dir": os.environ.get("NUMBA_CACHE_DIR", "(default)"),
+        "warmed": not args.no_warm, "calls": rows,
     }, indent=1))
 
 
