@@ -32,6 +32,10 @@ Models: ``tiny-deep`` (dim 64, 6 blocks, 1024 tokens per step), ``small`` (dim 1
 per model, ``torch.compile``-d arms (the fp32 baseline and some presets) against their eager
 selves, with the graph breaks and graphs Dynamo counted while compiling the first step.
 
+The quantizer kernels are first put in numba's cache by a child process
+(``python -m snip.formats.warm``) and loaded from there: a kernel compiled by the process that
+runs it can be several times slower (RESULTS §7g); ``--no-warm`` skips that.
+
 Each thread count (``--threads 1 2``) is a separate pass.  The CPU model and flags, the load
 average before and after, and every per-round time are written to
 ``benchmarks/results/issue21/bench_train_step[_quick].json``.
@@ -253,6 +257,9 @@ def main() -> None:
     ap.add_argument("--compile", action="store_true", help="add compiled-vs-eager arms")
     ap.add_argument("--auto", action="store_true",
                     help='add every preset with accum="auto" (bf16 GEMMs where native)')
+    ap.add_argument("--no-warm", action="store_true",
+                    help="do not fill numba's cache first (an empty NUMBA_CACHE_DIR then makes "
+                         "this process compile the kernels itself, RESULTS §7g)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     rounds = args.rounds or (3 if args.quick else 11)
@@ -261,13 +268,14 @@ def main() -> None:
         SHAPES.update(QUICK_SHAPES)
     out = args.out or RESULTS / ("bench_train_step_quick.json" if args.quick
                                  else "bench_train_step.json")
-    warm_kernels()
+    if not args.no_warm:
+        warm_kernels()
     info = cpu_info()
     results: dict = {
         "command": "python benchmarks/bench_train_step.py " + " ".join(sys.argv[1:]),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "torch": torch.__version__,
         "cpu": info, "snip_fast": os.environ.get("SNIP_FAST", "1"), "rounds": rounds,
-        "bf16_gemm_native": bf16_gemm_native(),
+        "bf16_gemm_native": bf16_gemm_native(), "warmed": not args.no_warm,
         "loadavg_before": os.getloadavg(), "runs": {}}
     print(f"CPU: {info['summary']}; bf16 GEMMs native: {bf16_gemm_native()}; "
           f"load {os.getloadavg()}")
