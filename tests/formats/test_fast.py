@@ -325,7 +325,7 @@ def test_long_blocks_block_by_block(dtype, rounding, monkeypatch):
 @pytest.mark.parametrize("k", [16, 32, 128])
 def test_run_block_kernels_equal_scalar_rounding(k):
     """``_run`` (one task of ``_fused_rows``) on whole blocks of 16/32/128: the constant-size
-    block loops (NVFP4 SR two blocks a vector, an odd block count, block hashes buffered), and
+    block loops (an odd block count, block hashes buffered, groups of blocks of 16), and
     the run-time loop they fall back to when the SR pair counters change their high word inside
     the run or the run is not whole blocks, equal scalar rounding element by element."""
     import numpy as np
