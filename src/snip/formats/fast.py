@@ -768,11 +768,9 @@ if AVAILABLE:
                     _sr_span_buf(xs[lo:hi], os_[lo:hi], enc[i * nb + b], dec[i * nb + b],
                                  base + i * padded + b * k, mbits, emin, emax, maxne, k0, k1,
                                  hb)
-                else:  # inline (a call per short block costs as much as its rounding)
-                    e = enc[i * nb + b]
-                    d = dec[i * nb + b]
-                    for j in range(lo, hi):
-                        _st(os_, j, _rne_elem(_ld(xs, j), e, d, mbits, emin, emax, maxne))
+                else:
+                    _rne_span(xs[lo:hi], os_[lo:hi], enc[i * nb + b], dec[i * nb + b], mbits,
+                              emin, emax, maxne)
 
     @njit(error_model="numpy")
     def _any_span(xs, os_, enc, dec, base, is_int, mbits, emin, emax, maxn, step, inv_step, sr,
@@ -1144,12 +1142,9 @@ if AVAILABLE:
             for t in range(cb):
                 enc_e[t * k:min(c, (t + 1) * k)] = enc[t]
                 dec_e[t * k:min(c, (t + 1) * k)] = dec[t]
-            for i in range(i0, i1):  # the row loop inline (see _fused_cols)
-                xr = x[i * c:(i + 1) * c]
-                orow = out[i * c:(i + 1) * c]
-                for j in range(c):
-                    _st(orow, j, _rne_elem(_ld(xr, j), enc_e[j], dec_e[j], mbits, emin, emax,
-                                           maxne))
+            for i in range(i0, i1):
+                _rne_span_vec(x[i * c:(i + 1) * c], out[i * c:(i + 1) * c], enc_e, dec_e, mbits,
+                              emin, emax, maxne)
 
     @njit(parallel=True, cache=True, error_model="numpy")
     def _clean_amax(x, n_rows, length, inner, k):
