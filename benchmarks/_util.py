@@ -27,9 +27,8 @@ def wall_times(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> l
 
 def warm_kernels() -> None:
     """Fill numba's cache in a child process (``python -m snip.formats.warm``), so that this
-    process loads every quantizer kernel: code numba compiled in the process that runs it ran
-    up to 8x slower per call (RESULTS §7g), and a timing must not depend on whether an earlier
-    process happened to compile a kernel first."""
+    process loads every quantizer kernel and every run of a benchmark starts the same way,
+    whether or not an earlier process compiled them (RESULTS §7g)."""
     subprocess.run([sys.executable, "-m", "snip.formats.warm"], check=True)
 
 

@@ -11,7 +11,7 @@ case per round, CPU time of this process, 1 thread) and each figure is the media
 the rounds.  Run it on two commits to compare them (alternate the processes).  The kernels are
 first put in numba's cache by a child process (``snip.formats.warm``) and loaded from there;
 ``--no-warm`` skips that, so that with an empty ``NUMBA_CACHE_DIR`` this process compiles them
-itself (what RESULTS §7g compares).
+itself (RESULTS §7g compares the two).
 
     PYTHONPATH=src python benchmarks/bench_small_calls.py --out calls.json
 """

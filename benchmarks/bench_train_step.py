@@ -33,8 +33,8 @@ per model, ``torch.compile``-d arms (the fp32 baseline and some presets) against
 selves, with the graph breaks and graphs Dynamo counted while compiling the first step.
 
 The quantizer kernels are first put in numba's cache by a child process
-(``python -m snip.formats.warm``) and loaded from there: a kernel compiled by the process that
-runs it can be several times slower (RESULTS §7g); ``--no-warm`` skips that.
+(``python -m snip.formats.warm``) and loaded from there, so that every run starts the same way
+(RESULTS §7g); ``--no-warm`` skips that.
 
 Each thread count (``--threads 1 2``) is a separate pass.  The CPU model and flags, the load
 average before and after, and every per-round time are written to
@@ -258,8 +258,8 @@ def main() -> None:
     ap.add_argument("--auto", action="store_true",
                     help='add every preset with accum="auto" (bf16 GEMMs where native)')
     ap.add_argument("--no-warm", action="store_true",
-                    help="do not fill numba's cache first (an empty NUMBA_CACHE_DIR then makes "
-                         "this process compile the kernels itself, RESULTS §7g)")
+                    help="do not fill numba's cache first (with an empty NUMBA_CACHE_DIR this "
+                         "process then compiles the kernels itself)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     rounds = args.rounds or (3 if args.quick else 11)

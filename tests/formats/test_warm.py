@@ -1,7 +1,6 @@
 """``python -m snip.formats.warm`` (run by ``make setup``) must reach every parallel kernel of
 :mod:`snip.formats.fast` with every input and output dtype a run uses: a kernel it misses is
-compiled by the first training process that needs it, and such code ran up to 8x slower per call
-than the same kernel loaded from numba's cache (RESULTS §7g)."""
+compiled (tens of seconds) by the first training process that needs it."""
 
 import numpy as np
 import pytest

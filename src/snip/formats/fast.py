@@ -28,8 +28,7 @@ per-channel and 1-D block scaling along any axis, on fp32 or bf16 input:
   thread count, and the reference path (:func:`snip.formats.cast.counter_uniforms`) draws them
   too.  The kernels hash up to 64 pairs (or a row pair's columns) into an L1 buffer that the
   rounding loops read, on a 32-bit counter within runs that share the counter's high word,
-  and round
-  up as ``ceil(t - u)`` (the reference's ``floor(t) + (u < frac(t))``, exactly);
+  and round up as ``ceil(t - u)`` (the reference's ``floor(t) + (u < frac(t))``, exactly);
 * the output (the only large allocation) comes from :class:`_BufferCache`, which recycles
   snip's own freed output buffers: a fresh 64 MiB allocation page-faults for 5-20x longer than
   the quantization takes in this project's VMs, and library users do not call
@@ -725,8 +724,11 @@ if AVAILABLE:
                 for i in range(2 * _SR_GROUP):
                     _st(go, i, _sr_elem(_ld(gx, i), np.float32(u16[i]), _at(ge, i), _at(gd, i),
                                         mbits, emin, emax, maxn))
+            # the last, partial group: the same steps with a run-time count (one inline helper
+            # for both was slower: +20 % [+8, +31] per call on 1x128 rows of 192 columns, paired
+            # n = 2, benchmarks/results/issue21/xeon/calls/helper_*)
             g0 = ngrp * _SR_GROUP
-            m = npair - g0  # the last, partial group
+            m = npair - g0
             for q in range(m):
                 hb[q] = _pair_hash32(g0 + q, lo0, k0, c)
             gx = x2[2 * g0:2 * npair]

@@ -1,18 +1,18 @@
 """Fill numba's on-disk cache with every quantizer kernel a run can call (once, after install).
 
-Why: a numba kernel compiled by the process that runs it can be several times slower than the
-same kernel loaded from the cache by a later process.  Here the row kernel with bf16 output
-(``accum="auto"``/``"bf16"``, where the quantizers write bf16 operands) ran 8x slower per call
-in the process that compiled it on a Sapphire Rapids Xeon, and a training step with
-``--precision.accum auto`` 1.4x slower (RESULTS §7g); numba issue #10617 reports the same
-effect for other ``parallel=True`` kernels.  ``make setup`` therefore runs::
+Why: compiling the kernels takes about 90 s, which the first training process (or test run)
+would otherwise spend.  It was first added for a second reason that did not hold up: bf16-output
+row calls (``accum="auto"``/``"bf16"``) ran up to 8x slower in a process that had compiled the
+kernels than in one that loaded them from the cache, but a second pair of runs was as slow when
+loading from the cache (RESULTS §7g).  The cause of that slowdown is not known, and this warm-up
+does not prevent it.  ``make setup`` runs::
 
     python -m snip.formats.warm
 
 which calls every quantizer path on small tensors -- every preset, both axes, both roundings,
 fp32 and bf16 inputs and outputs, whole and partial blocks, weight tiles and packed encoding --
 so that every later process loads the compiled kernels instead of compiling them.  Without it
-everything still works (and is bit-identical); only the first process pays.
+everything still works (and is bit-identical); only the first process pays the compile time.
 """
 
 from __future__ import annotations
@@ -35,10 +35,10 @@ _DTYPES = ((torch.float32, torch.float32), (torch.float32, torch.bfloat16),
            (torch.bfloat16, torch.bfloat16), (torch.bfloat16, torch.float32))
 
 
-def calls() -> Iterator[tuple[str, QuantSpec, tuple[int, int], int, Rounding, torch.dtype,
+def calls() -> Iterator[tuple[QuantSpec, tuple[int, int], int, Rounding, torch.dtype,
                               torch.dtype]]:
-    """Every (preset, spec, shape, axis, rounding, input dtype, output dtype) :func:`warm` runs
-    through :func:`~snip.formats.quantize` (weight tiles: their 2-D spec)."""
+    """Every (spec, shape, axis, rounding, input dtype, output dtype) :func:`warm` runs through
+    :func:`~snip.formats.quantize`: every preset's spec, and its 2-D spec for weight tiles."""
     for name, spec in PRESETS.items():
         if spec.scaling is Scaling.NONE and name != "bf16":
             continue  # fp32 is the identity, fp16 runs in torch
@@ -50,7 +50,7 @@ def calls() -> Iterator[tuple[str, QuantSpec, tuple[int, int], int, Rounding, to
                         for dt_in, dt_out in _DTYPES:
                             if s.scaling is Scaling.NONE and dt_in != torch.float32:
                                 continue  # the bf16 cast of a bf16 tensor: no kernel
-                            yield name, s, shape, axis, rounding, dt_in, dt_out
+                            yield s, shape, axis, rounding, dt_in, dt_out
 
 
 def warm() -> int:
@@ -58,7 +58,7 @@ def warm() -> int:
     fp32); return how many calls it made."""
     g = torch.Generator().manual_seed(0)
     n = 0
-    for _, spec, shape, axis, rounding, dt_in, dt_out in calls():
+    for spec, shape, axis, rounding, dt_in, dt_out in calls():
         x = torch.randn(shape, generator=g).to(dt_in)
         quantize(x, spec, axis=axis, rounding=rounding, generator=0, dtype=dt_out)
         n += 1
