@@ -106,6 +106,27 @@ def test_fused_path_is_taken():
     assert not fast.fusable(torch.randn(8, 32).half(), get_spec("mxfp4"))
 
 
+def test_kernel_for_picks_each_kernel(monkeypatch):
+    """``kernel_for``, the one choice both quantizer callers make: the bf16 cast for the bf16
+    preset on fp32 CPU data (round-to-nearest only), the fused kernel for block formats (tiles:
+    RNE matrices only), none otherwise; the spec's part is cached, the input's part is not."""
+    K, R = fast.Kernel, fast.Rounding
+    x = torch.randn(8, 32)
+    bf16, mx, tile = get_spec("bf16"), get_spec("mxfp4"), get_spec("fp4_e2m1_tile128").for_weight()
+    assert fast.kernel_for(x, bf16, R.RNE) is K.BF16
+    assert fast.kernel_for(x, bf16, R.STOCHASTIC) is K.NONE
+    assert fast.kernel_for(x.bfloat16(), bf16, R.RNE) is K.NONE
+    assert fast.kernel_for(x, mx, R.STOCHASTIC) is fast.kernel_for(x.bfloat16(), mx, R.RNE) \
+        is K.FUSED
+    assert fast.kernel_for(x, tile, R.RNE) is K.FUSED
+    assert fast.kernel_for(x, tile, R.STOCHASTIC) is fast.kernel_for(x, tile, None) is K.NONE
+    assert fast.kernel_for(x.reshape(2, 4, 32), tile, R.RNE) is K.NONE
+    assert fast.kernel_for(x[:0], mx, R.RNE) is fast.kernel_for(x.half(), mx, R.RNE) is K.NONE
+    assert fast.kernel_for(x, get_spec("fp32"), R.RNE) is K.NONE
+    monkeypatch.setenv("SNIP_FAST", "0")  # read on every call, after the spec's part is cached
+    assert fast.kernel_for(x, bf16, R.RNE) is fast.kernel_for(x, mx, R.RNE) is K.NONE
+
+
 def test_kernel_uniforms_equal_counter_uniforms():
     """Three implementations of one stream: the pure-Python definition, the torch reference
     path and the numba kernels' scalar form (the pair forms inside the span kernels are checked

@@ -45,6 +45,7 @@ paths agree bit for bit on every preset, rounding mode, axis, input dtype and ed
 from __future__ import annotations
 
 import ctypes
+import enum
 import functools
 import math
 import os
@@ -1335,9 +1336,7 @@ if AVAILABLE:
 
 def bf16_roundable(x: torch.Tensor, spec: QuantSpec, rounding: Rounding) -> bool:
     """Whether :func:`round_bf16` computes this cast (the ``bf16`` preset on fp32 CPU data)."""
-    return (spec.scaling is Scaling.NONE and spec.element.name == "bf16"
-            and rounding is Rounding.RNE and x.dtype == torch.float32 and x.numel() > 0
-            and x.device.type == "cpu" and enabled())
+    return kernel_for(x, spec, rounding) is Kernel.BF16
 
 
 def round_bf16(x: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -1438,14 +1437,45 @@ def fusable(x: torch.Tensor, spec: QuantSpec, rounding: Rounding | None = None) 
     2-D tiles (``Scaling.BLOCK2D``: NVFP4 and 128x128 weight tiles) are fused for matrices
     with round-to-nearest-even when the caller says so (``rounding``); stochastic rounding of
     tiles (whose SR counter follows the transposed tile layout) takes the blocked path."""
+    return kernel_for(x, spec, rounding) is Kernel.FUSED
+
+
+class Kernel(enum.Enum):
+    """Which one-pass kernel quantizes a call (:func:`kernel_for`)."""
+
+    NONE = 0   # none: the blocked PyTorch path
+    BF16 = 1   # round_bf16 (the bf16 preset)
+    FUSED = 2  # quantize_fused
+
+
+def kernel_for(x: torch.Tensor, spec: QuantSpec, rounding: Rounding | None) -> Kernel:
+    """The kernel for ``quantize(x, spec, rounding=rounding)`` on this input: one dictionary
+    look-up for the spec's part, then the input's dtype, device and shape (the two callers,
+    :func:`snip.formats.quantize` and the GEMM operands, make this choice on every call)."""
+    kind = _SPEC_KERNEL.get((spec, rounding))
+    if kind is None:
+        kind = _SPEC_KERNEL[(spec, rounding)] = _spec_kernel(spec, rounding)
+    if kind == 0 or not x.is_cpu or x.numel() == 0 or not enabled():
+        return Kernel.NONE
+    if kind == _BF16:
+        return Kernel.BF16 if x.dtype == torch.float32 else Kernel.NONE
+    if x.dtype not in _IO_DTYPES or x.dim() == 0 or (kind == _RNE_MATRIX and x.dim() != 2):
+        return Kernel.NONE
+    return Kernel.FUSED
+
+
+_ANY, _RNE_MATRIX, _BF16 = 1, 2, 3  # the spec's part: any input, RNE matrices, bf16 cast
+_SPEC_KERNEL: dict[tuple[QuantSpec, Rounding | None], int] = {}
+
+
+def _spec_kernel(spec: QuantSpec, rounding: Rounding | None) -> int:
+    """The part of :func:`kernel_for` that depends on the spec and rounding alone (0: none)."""
+    if spec.scaling is Scaling.NONE and spec.element.name == "bf16":
+        return _BF16 if rounding is Rounding.RNE else 0
     kind = _fused_kind(spec)
-    if not (kind and enabled() and x.device.type == "cpu" and x.dtype in _IO_DTYPES
-            and x.numel() > 0 and x.dim() > 0):
-        return False
-    return kind == _ANY or (x.dim() == 2 and rounding is Rounding.RNE)
-
-
-_ANY, _RNE_MATRIX = 1, 2  # what _fused_kind allows: any input, or RNE matrices only
+    if kind == _RNE_MATRIX and rounding is not Rounding.RNE:
+        return 0
+    return kind
 
 
 @functools.cache
@@ -1542,13 +1572,13 @@ def quantize_fused(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Roundi
     global RNG).  Everything a call needs besides the data and the SR key is worked out once per
     (spec, shape, axis, rounding, counters) (:func:`_plan`).
     """
-    if not -x.dim() <= axis < x.dim():
-        raise ValueError(f"axis {axis} is out of range for a {x.dim()}-D tensor")
     x = x.contiguous()
     sr = rounding is Rounding.STOCHASTIC
     key = (spec, x.shape, axis, sr, None if counters is DEFAULT_COUNTERS else counters)
     entry = _PLANS.get(key)
-    if entry is None:
+    if entry is None:  # (a known key has a valid axis)
+        if not -x.dim() <= axis < x.dim():
+            raise ValueError(f"axis {axis} is out of range for a {x.dim()}-D tensor")
         if len(_PLANS) >= _PLANS_MAX:
             _PLANS.clear()
         entry = _PLANS[key] = (_plan(spec, tuple(x.shape), axis % x.dim(), sr, counters),

@@ -193,9 +193,10 @@ def _quantize(
     # one pass, stored in dtype: x's own, or bf16 from fp32 (a rounding at the store); a wider
     # dtype than x's would skip the rounding to x's dtype, so it converts after
     if x.numel() > 0 and (dtype == x.dtype or (x.dtype, dtype) == _TO_BF16):
-        if fast.bf16_roundable(x, spec, mode):
+        kernel = fast.kernel_for(x, spec, mode)
+        if kernel is fast.Kernel.BF16:
             return fast.round_bf16(x, dtype)
-        if fast.fusable(x, spec, mode):
+        if kernel is fast.Kernel.FUSED:
             return fast.quantize_fused(x, spec, axis, mode, gen, _counters(
                 lambda: BlockLayout.of(x, spec, axis), mode, shard), dtype)
     return _quantize_torch(x, spec, axis, mode, gen, shard).to(dtype)

@@ -203,9 +203,10 @@ def quantize_operand(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Roun
     if spec.is_identity:
         return x
     out = torch.bfloat16 if bf16 else torch.float32
-    if fast.bf16_roundable(x, spec, rounding):  # the bf16 preset: one pass, no block layout
+    kernel = fast.kernel_for(x, spec, rounding)
+    if kernel is fast.Kernel.BF16:  # the bf16 preset: one pass, no block layout
         return fast.round_bf16(x, out)
-    if tokens is None and fast.fusable(x, spec, rounding):  # what quantize() calls, directly
+    if kernel is fast.Kernel.FUSED and tokens is None:  # what quantize() calls, directly
         return fast.quantize_fused(x, spec, axis, rounding, seed, dtype=out)
     gen = seed if rounding is Rounding.STOCHASTIC else None
     return quantize(x, spec, axis=axis, rounding=rounding, generator=gen, shard=tokens,
@@ -280,6 +281,26 @@ def _dgrad_takes_fprop_weight(specs: GemmSpecs, native: bool) -> bool:
             and not (native and native_spec(d)))
 
 
+@dataclass(frozen=True)
+class _Route:
+    """What one ``GemmSpecs`` lets a call reuse, decided once per specs (each check compares
+    whole specs: about a microsecond a call otherwise)."""
+
+    fprop_w: QuantSpec  # fprop's weight spec (2-D tiles where ``weight_2d``)
+    dgrad_w: QuantSpec  # dgrad's weight spec
+    reuse_w: bool  # fprop's Q(W) is dgrad's operand (emulated dgrad: _dgrad_takes_fprop_weight)
+    reuse_x: bool  # fprop's Q(X) is wgrad's operand (input_reusable)
+    reuse_dy: bool  # one Q(dY) for dgrad and wgrad (grad_reusable)
+
+
+@functools.lru_cache(maxsize=1024)
+def _route(specs: GemmSpecs) -> _Route:
+    return _Route(fprop_w=specs.fprop.for_weight(), dgrad_w=specs.dgrad.for_weight(),
+                  reuse_w=_dgrad_takes_fprop_weight(specs, native=False),
+                  reuse_x=input_reusable(specs.fprop, specs.wgrad),
+                  reuse_dy=grad_reusable(specs.dgrad, specs.wgrad))
+
+
 def matmul(a: torch.Tensor, b: torch.Tensor, accum: Accum,
            bias: torch.Tensor | None = None) -> torch.Tensor:
     """``a @ b (+ bias)`` in the accumulation precision; the bias is added in fp32."""
@@ -299,10 +320,16 @@ class _Saved:
     ``w_quantized`` marks a ``W`` that is already ``Q_dgrad(W)`` (reused from fprop).
     """
 
-    def __init__(self, cfg: GemmConfig, native: bool = False, bf16: bool = False) -> None:
+    def __init__(self, cfg: GemmConfig, native: bool = False, bf16: bool = False,
+                 record: SavedBytes | None = None) -> None:
         self.cfg = cfg
+        self.route = _route(cfg.specs)
         self.native = native  # gemm="native" resolved to run on this device
-        self.bytes = SavedBytes()
+        if record is None:
+            record = SavedBytes()
+        else:  # the call's record starts empty, and is filled as operands are kept
+            record.activation, record.weight, record.detail = 0, 0, {}
+        self.bytes = record
         self.x: torch.Tensor | QTensor | None = None
         self.w: torch.Tensor | QTensor | None = None
         self.w_quantized = False
@@ -355,8 +382,8 @@ def _nbytes(v: torch.Tensor | QTensor | Fp8Operand) -> int:
 
 def _fprop_weight(weight: torch.Tensor, saved: _Saved, keep: bool) -> torch.Tensor:
     """``Q_fprop(W)``; with ``keep``, also decides what backward keeps of ``W``."""
-    cfg, s = saved.cfg, saved.cfg.specs
-    f, d = s.fprop.for_weight(), s.dgrad.for_weight()
+    cfg, route = saved.cfg, saved.route
+    f, d = route.fprop_w, route.dgrad_w
     if cfg.save is SaveMode.ENCODED:
         seed = operand_seed(cfg.seed, cfg.step, Gemm.FPROP, Operand.WEIGHT)
     else:
@@ -367,7 +394,7 @@ def _fprop_weight(weight: torch.Tensor, saved: _Saved, keep: bool) -> torch.Tens
     if d.is_identity:
         saved.keep("weight", weight, weight=True, counted=False)
         return quantize_operand(weight, f, -1, f.rounding, seed, bf16=bf16)
-    reuse = _dgrad_takes_fprop_weight(s, saved.native)
+    reuse = route.reuse_w and not (saved.native and native_spec(d))
     if cfg.save is SaveMode.ENCODED:
         dseed = seed if reuse else operand_seed(cfg.seed, cfg.step, Gemm.DGRAD, Operand.WEIGHT)
         qt = encode_operand(weight, d, 0, d.rounding, dseed)
@@ -387,8 +414,8 @@ def _save_input(x2: torch.Tensor, saved: _Saved, xq: torch.Tensor | None = None)
     """What wgrad gets of ``X``; ``xq`` (fprop's ``Q(X)``) is kept instead of ``X`` when it is
     also wgrad's operand (:func:`input_reusable`) and takes the same bytes (fp32 ``X``)."""
     cfg, w = saved.cfg, saved.cfg.specs.wgrad
-    if (xq is not None and cfg.save is SaveMode.HP and x2.dtype == torch.float32
-            and input_reusable(cfg.specs.fprop, w)):
+    if (xq is not None and saved.route.reuse_x and cfg.save is SaveMode.HP
+            and x2.dtype == torch.float32):
         saved.keep("input", xq, weight=False)
         saved.x_quantized = True
     elif cfg.save is SaveMode.ENCODED and not w.is_identity:
@@ -399,14 +426,26 @@ def _save_input(x2: torch.Tensor, saved: _Saved, xq: torch.Tensor | None = None)
         saved.keep("input", x2, weight=False)
 
 
+def _as_dtype(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``t.to(dtype)`` without the call when it would return ``t`` (a microsecond a call)."""
+    return t if t.dtype == dtype else t.to(dtype)
+
+
+def _rows(t: torch.Tensor) -> torch.Tensor:
+    """``t`` as a matrix of rows (leading dimensions flattened)."""
+    return t if t.dim() == 2 else t.reshape(-1, t.shape[-1])
+
+
 def linear_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                   cfg: GemmConfig, needs_backward: bool) -> tuple[torch.Tensor, _Saved]:
+                   cfg: GemmConfig, needs_backward: bool,
+                   record: SavedBytes | None = None) -> tuple[torch.Tensor, _Saved]:
     """fprop ``Q(X) Q(W)^T + b`` and what backward keeps (:class:`_Saved`, nothing without
-    ``needs_backward``); the output has ``x``'s leading shape and ``cfg.out_dtype``."""
+    ``needs_backward``; its bytes go to ``record`` if given); the output has ``x``'s leading
+    shape and ``cfg.out_dtype``."""
     native = cfg.gemm is GemmImpl.NATIVE and resolve_native(x.device, cfg.strict)
     with _no_autocast(x.device):
-        x2 = x.reshape(-1, x.shape[-1])
-        saved = _Saved(cfg, native, bf16_operands(cfg.accum, x.device))
+        x2 = _rows(x)
+        saved = _Saved(cfg, native, bf16_operands(cfg.accum, x.device), record)
         y = _native_fprop(x2, weight, bias, saved, needs_backward) if native else None
         if y is None:
             wq = _fprop_weight(weight, saved, needs_backward)
@@ -416,7 +455,9 @@ def linear_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
             if needs_backward:
                 _save_input(x2, saved, xq)
             y = matmul(xq, wq.t(), saved.accum, bias)
-    return y.reshape(*x.shape[:-1], -1).to(cfg.out_dtype or x.dtype), saved
+    if x.dim() != 2:
+        y = y.reshape(*x.shape[:-1], -1)
+    return _as_dtype(y, cfg.out_dtype or x.dtype), saved
 
 
 def hp_saved(x: torch.Tensor, weight: torch.Tensor, cfg: GemmConfig) -> _Saved:
@@ -426,10 +467,9 @@ def hp_saved(x: torch.Tensor, weight: torch.Tensor, cfg: GemmConfig) -> _Saved:
     (:func:`input_reusable`: RNE, axis-free), and a reused ``Q_fprop(W)`` is recomputed with
     fprop's spec, axis and seed."""
     saved = _Saved(cfg, bf16=bf16_operands(cfg.accum, x.device))
-    saved.x = x.reshape(-1, x.shape[-1])
-    s = cfg.specs
-    if _dgrad_takes_fprop_weight(s, native=False):
-        f = s.fprop.for_weight()
+    saved.x = _rows(x)
+    if saved.route.reuse_w:
+        f = saved.route.fprop_w
         seed = _seed(cfg, Gemm.FPROP, Operand.WEIGHT, f.rounding)
         saved.w = quantize_operand(weight, f, -1, f.rounding, seed, bf16=saved.bf16)
         saved.w_quantized = True
@@ -442,21 +482,21 @@ def linear_backward(dy: torch.Tensor, saved: _Saved, x_shape: torch.Size, x_dtyp
                     w_dtype: torch.dtype, b_dtype: torch.dtype | None, need_x: bool,
                     need_w: bool, need_b: bool) -> tuple[torch.Tensor | None, ...]:
     """dgrad, wgrad and the bias gradient (``None`` where not needed) from what forward kept."""
-    s = saved.cfg.specs
     with _no_autocast(dy.device):
-        dy2 = dy.reshape(-1, dy.shape[-1])
+        dy2 = _rows(dy)
         # native GEMMs quantize a bf16 dY as is (same bits: the scale multiply promotes)
-        dy2 = dy2 if saved.native else dy2.float()
+        dy2 = dy2 if saved.native else _as_dtype(dy2, torch.float32)
         dx = dw = db = None
         dyq = None  # Q(dY) shared by dgrad and wgrad (grad_reusable)
-        if need_x and need_w and not saved.native and grad_reusable(s.dgrad, s.wgrad):
+        if need_x and need_w and not saved.native and saved.route.reuse_dy:
             dyq = _grad_output(dy2, saved, Gemm.DGRAD, -1)
         if need_x:
-            dx = _dgrad(dy2, saved, dyq).reshape(x_shape).to(x_dtype)
+            dx = _dgrad(dy2, saved, dyq)
+            dx = _as_dtype(dx if len(x_shape) == 2 else dx.reshape(x_shape), x_dtype)
         if need_w:
-            dw = _wgrad(dy2, saved, dyq).to(w_dtype)
+            dw = _as_dtype(_wgrad(dy2, saved, dyq), w_dtype)
         if need_b and b_dtype is not None:
-            db = dy2.float().sum(0).to(b_dtype)
+            db = _as_dtype(_as_dtype(dy2, torch.float32).sum(0), b_dtype)
     return dx, dw, db
 
 
@@ -466,13 +506,10 @@ class QuantizedLinearFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                 cfg: GemmConfig, record: SavedBytes | None, needs_backward: bool) -> torch.Tensor:
-        y, saved = linear_forward(x, weight, bias, cfg, needs_backward)
+        y, saved = linear_forward(x, weight, bias, cfg, needs_backward, record)
         ctx.cfg = cfg
         saved.stash(ctx)
         ctx.meta = (x.shape, x.dtype, weight.dtype, None if bias is None else bias.dtype)
-        if record is not None:
-            record.activation, record.weight = saved.bytes.activation, saved.bytes.weight
-            record.detail = dict(saved.bytes.detail)
         return y
 
     @staticmethod
@@ -485,7 +522,7 @@ class QuantizedLinearFn(torch.autograd.Function):
 
 def _grad_output(dy2: torch.Tensor, saved: _Saved, gemm: Gemm, axis: int) -> torch.Tensor:
     cfg = saved.cfg
-    spec = cfg.specs.get(gemm)
+    spec = cfg.specs.dgrad if gemm is Gemm.DGRAD else cfg.specs.wgrad
     seed = _seed(cfg, gemm, Operand.GRAD_OUTPUT, spec.grad_rounding)
     return quantize_operand(dy2, spec, axis, spec.grad_rounding, seed, cfg.tokens, bf16=saved.bf16)
 
@@ -504,7 +541,7 @@ def _dgrad(dy2: torch.Tensor, saved: _Saved, dyq: torch.Tensor | None = None) ->
     elif saved.w_quantized:
         wq = saved.w
     else:
-        w = d.for_weight()
+        w = saved.route.dgrad_w
         seed = _seed(cfg, Gemm.DGRAD, Operand.WEIGHT, w.rounding)
         wq = quantize_operand(saved.w, w, 0, w.rounding, seed, bf16=saved.bf16)
     if dyq is None:
@@ -627,6 +664,6 @@ def quantized_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor |
                      cfg: GemmConfig, record: SavedBytes | None = None) -> torch.Tensor:
     """Functional form: ``F.linear`` with per-GEMM formats; fills ``record`` if given."""
     check_features(x, weight)
-    tensors = (x, weight) if bias is None else (x, weight, bias)
-    needs_backward = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+    needs_backward = torch.is_grad_enabled() and (
+        x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad))
     return QuantizedLinearFn.apply(x, weight, bias, cfg, record, needs_backward)

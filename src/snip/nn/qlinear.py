@@ -177,7 +177,7 @@ class QLinear(nn.Linear):
 
     def _eager(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """The quantized call through the autograd Function, eagerly."""
-        cfg = self._config(autocast_dtype(x)).at_step(self.step)
+        cfg = self._config(autocast_dtype(x)).at_step(int(self._step))
         self._step.add_(1)
         record = SavedBytes()
         y = quantized_linear(x, weight, self.bias, cfg, record)
