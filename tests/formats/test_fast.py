@@ -106,6 +106,31 @@ def test_fused_path_is_taken():
     assert not fast.fusable(torch.randn(8, 32).half(), get_spec("mxfp4"))
 
 
+def test_numba_cpu_model(monkeypatch):
+    """The LLVM CPU model the kernels are tuned for: ``x86-64-v3`` on x86-64 unless
+    ``SNIP_NUMBA_CPU`` says otherwise (``host``: numba's default), a user's ``NUMBA_CPU_NAME``
+    wins; and a fresh process importing snip compiles with it."""
+    import platform
+    import subprocess
+    import sys
+
+    x86 = platform.machine().lower() in ("x86_64", "amd64")
+    monkeypatch.delenv("NUMBA_CPU_NAME", raising=False)
+    monkeypatch.delenv("SNIP_NUMBA_CPU", raising=False)
+    assert fast.numba_cpu() == ("x86-64-v3" if x86 else None)
+    monkeypatch.delenv("NUMBA_CPU_NAME", raising=False)
+    monkeypatch.setenv("SNIP_NUMBA_CPU", "host")
+    assert fast.numba_cpu() is None
+    monkeypatch.setenv("SNIP_NUMBA_CPU", "skylake")
+    monkeypatch.setenv("NUMBA_CPU_NAME", "haswell")
+    assert fast.numba_cpu() == "haswell"
+    monkeypatch.delenv("NUMBA_CPU_NAME")
+    monkeypatch.delenv("SNIP_NUMBA_CPU")
+    code = "import snip.formats.fast, numba; print(numba.config.CPU_NAME)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ("x86-64-v3" if x86 else "None")
+
+
 def test_kernel_for_picks_each_kernel(monkeypatch):
     """``kernel_for``, the one choice both quantizer callers make: the bf16 cast for the bf16
     preset on fp32 CPU data (round-to-nearest only), the fused kernel for block formats (tiles:
