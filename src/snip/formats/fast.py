@@ -1359,11 +1359,6 @@ if AVAILABLE:
         return st32
 
 
-def bf16_roundable(x: torch.Tensor, spec: QuantSpec, rounding: Rounding) -> bool:
-    """Whether :func:`round_bf16` computes this cast (the ``bf16`` preset on fp32 CPU data)."""
-    return kernel_for(x, spec, rounding) is Kernel.BF16
-
-
 def round_bf16(x: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """``cast(x, "bf16")`` of an fp32 CPU tensor (saturating, round to nearest even) in one pass:
     the torch path's clamp, bf16 conversion, conversion back and clamp, bit for bit; returned
@@ -1494,24 +1489,16 @@ _SPEC_KERNEL: dict[tuple[QuantSpec, Rounding | None], int] = {}
 
 
 def _spec_kernel(spec: QuantSpec, rounding: Rounding | None) -> int:
-    """The part of :func:`kernel_for` that depends on the spec and rounding alone (0: none)."""
+    """The part of :func:`kernel_for` that depends on the spec and rounding alone: 0 (none),
+    ``_BF16`` (the bf16 cast, round-to-nearest), ``_ANY`` (fused for any input) or
+    ``_RNE_MATRIX`` (2-D tiles: fused for matrices, round-to-nearest only)."""
     if spec.scaling is Scaling.NONE and spec.element.name == "bf16":
         return _BF16 if rounding is Rounding.RNE else 0
-    kind = _fused_kind(spec)
-    if kind == _RNE_MATRIX and rounding is not Rounding.RNE:
-        return 0
-    return kind
-
-
-@functools.cache
-def _fused_kind(spec: QuantSpec) -> int:
-    """0: never fused; ``_ANY``: fused for any input; ``_RNE_MATRIX``: 2-D tiles, fused for
-    matrices with round-to-nearest-even (the part of :func:`fusable` that depends on the spec
-    alone, made once per spec)."""
     if not supports(spec.element) or spec.hadamard:
         return 0
     if spec.scaling is Scaling.BLOCK2D:
-        return _RNE_MATRIX if spec.element.kind is not Kind.INT else 0
+        return _RNE_MATRIX if spec.element.kind is not Kind.INT and rounding is Rounding.RNE \
+            else 0
     return _ANY if spec.scaling in (Scaling.TENSOR, Scaling.CHANNEL, Scaling.BLOCK) else 0
 
 
