@@ -107,28 +107,32 @@ def test_fused_path_is_taken():
 
 
 def test_numba_cpu_model(monkeypatch):
-    """The LLVM CPU model the kernels are tuned for: ``x86-64-v3`` on x86-64 unless
-    ``SNIP_NUMBA_CPU`` says otherwise (``host``: numba's default), a user's ``NUMBA_CPU_NAME``
-    wins; and a fresh process importing snip compiles with it."""
-    import platform
+    """The LLVM CPU model the kernels are tuned for: ``x86-64-v3`` where numba would tune for an
+    Intel AVX-512 model, numba's own choice elsewhere; ``SNIP_NUMBA_CPU`` overrides (``host``:
+    numba's choice), a user's ``NUMBA_CPU_NAME`` wins over both; and a fresh process importing
+    snip compiles with it."""
     import subprocess
     import sys
 
-    x86 = platform.machine().lower() in ("x86_64", "amd64")
     monkeypatch.delenv("NUMBA_CPU_NAME", raising=False)
     monkeypatch.delenv("SNIP_NUMBA_CPU", raising=False)
-    assert fast.numba_cpu() == ("x86-64-v3" if x86 else None)
-    monkeypatch.delenv("NUMBA_CPU_NAME", raising=False)
+    for model, want in (("rocketlake", "x86-64-v3"), ("sapphirerapids", "x86-64-v3"),
+                        ("znver4", None), ("haswell", None), ("", None)):
+        monkeypatch.setattr(fast, "_host_cpu_model", lambda m=model: m)
+        assert fast.numba_cpu() == want, model
+        monkeypatch.delenv("NUMBA_CPU_NAME", raising=False)
     monkeypatch.setenv("SNIP_NUMBA_CPU", "host")
     assert fast.numba_cpu() is None
     monkeypatch.setenv("SNIP_NUMBA_CPU", "skylake")
+    assert fast.numba_cpu() == "skylake"  # on any host
     monkeypatch.setenv("NUMBA_CPU_NAME", "haswell")
     assert fast.numba_cpu() == "haswell"
-    monkeypatch.delenv("NUMBA_CPU_NAME")
-    monkeypatch.delenv("SNIP_NUMBA_CPU")
-    code = "import snip.formats.fast, numba; print(numba.config.CPU_NAME)"
+    monkeypatch.undo()
+    expected = "x86-64-v3" if fast._host_cpu_model() in fast._INTEL_AVX512_MODELS else None
+    code = ("import os; os.environ.pop('NUMBA_CPU_NAME', None); os.environ.pop('SNIP_NUMBA_CPU', "
+            "None); import snip.formats.fast, numba; print(numba.config.CPU_NAME)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == ("x86-64-v3" if x86 else "None")
+    assert out.stdout.strip() == str(expected)
 
 
 def test_kernel_for_picks_each_kernel(monkeypatch):

@@ -41,9 +41,9 @@ change the rounding), with IEEE division (``error_model="numpy"``).  If numba is
 ``SNIP_FAST=0`` is set, callers fall back to the PyTorch path; the test suite checks that both
 paths agree bit for bit on every preset, rounding mode, axis, input dtype and edge case.
 
-The CPU model LLVM tunes the kernels for (:func:`numba_cpu`): on x86-64, ``x86-64-v3`` (AVX2-era
-scheduling and cost model) rather than the host's own model, with the host's instruction set
-either way.  On a Sapphire Rapids Xeon that made 88 of 140 kinds of call 6-36 % faster and none
+The CPU model LLVM tunes the kernels for (:func:`numba_cpu`): ``x86-64-v3`` (AVX2-era scheduling
+and cost model) where the host's own model is an Intel AVX-512 one, with the host's instruction
+set either way.  On a Sapphire Rapids Xeon that made 88 of 140 kinds of call 6-36 % faster and none
 slower (RESULTS §7i); ``SNIP_NUMBA_CPU=host`` keeps numba's default.
 """
 
@@ -54,7 +54,6 @@ import enum
 import functools
 import math
 import os
-import platform
 import threading
 import time
 import weakref
@@ -68,21 +67,42 @@ from snip.formats.element import ElementFormat, Kind
 from snip.formats.scaling import fp32_scales
 from snip.formats.spec import E8M0Rule, QuantSpec, ScaleFormat, Scaling
 
+# LLVM's host-CPU models of Intel CPUs with AVX-512: numba's code tuned for them was slower
+# than tuned for x86-64-v3 on a Sapphire Rapids Xeon (detected as rocketlake; RESULTS §7i)
+_INTEL_AVX512_MODELS = frozenset({
+    "skylake-avx512", "cascadelake", "cooperlake", "cannonlake", "icelake-client",
+    "icelake-server", "tigerlake", "rocketlake", "sapphirerapids", "emeraldrapids",
+    "graniterapids", "graniterapids-d", "diamondrapids"})
+
+
+def _host_cpu_model() -> str:
+    """LLVM's name for this CPU (what numba tunes for by default); "" if unknown."""
+    try:
+        import llvmlite.binding as ll
+        return ll.get_host_cpu_name()
+    except Exception:  # noqa: BLE001 - no llvmlite (no numba): nothing to tune
+        return ""
+
 
 def numba_cpu() -> str | None:
     """Set the LLVM CPU model numba compiles for, ``NUMBA_CPU_NAME``, before numba is imported
     (it rereads the variable before each compilation, and keys its cache on it).
 
-    ``SNIP_NUMBA_CPU`` (default ``x86-64-v3`` on x86-64; ``host``: numba's own choice, the host
-    CPU's model) picks it; a ``NUMBA_CPU_NAME`` the user set wins.  Only the tuning changes
-    (instruction scheduling, the vectorizer's costs): numba still enables exactly the host's
-    instruction-set features, so the code runs on this CPU and computes the same bits.
-    Returns the model in effect (``None``: the host's)."""
-    choice = os.environ.get("SNIP_NUMBA_CPU", "x86-64-v3")
-    if "NUMBA_CPU_NAME" not in os.environ and choice != "host" and \
-            platform.machine().lower() in ("x86_64", "amd64"):
-        os.environ["NUMBA_CPU_NAME"] = choice
-    return os.environ.get("NUMBA_CPU_NAME")
+    By default ``x86-64-v3`` where numba would tune for an Intel AVX-512 model (measured slower:
+    :data:`_INTEL_AVX512_MODELS`), else numba's own choice.  ``SNIP_NUMBA_CPU`` overrides: a
+    model name, or ``host`` (numba's choice, the host CPU's model); a ``NUMBA_CPU_NAME`` the user
+    set wins over both.  Only the tuning changes (instruction scheduling, the vectorizer's
+    costs): numba still enables exactly the host's instruction-set features, so the code runs
+    on this CPU and computes the same bits.  Returns the model set (``None``: the host's)."""
+    choice = os.environ.get("SNIP_NUMBA_CPU")
+    if "NUMBA_CPU_NAME" in os.environ or choice == "host":
+        return os.environ.get("NUMBA_CPU_NAME")
+    if choice is None:
+        if _host_cpu_model() not in _INTEL_AVX512_MODELS:
+            return None
+        choice = "x86-64-v3"
+    os.environ["NUMBA_CPU_NAME"] = choice
+    return choice
 
 
 numba_cpu()
