@@ -23,7 +23,7 @@ def load(arm: str) -> list[dict[str, float]]:
 def main() -> None:
     host, v3 = load("host"), load("v3")
     n = min(len(host), len(v3))
-    print(f"n = {n} process pairs; v3 / host - 1 per pair, ms per call (host mean)")
+    print(f"n = {n} process pairs; ms per call (host mean), v3 / host - 1 per pair")
     for row in host[0]:
         if not row.startswith("snip "):
             continue
@@ -31,7 +31,7 @@ def main() -> None:
         same = all(r > 0.05 for r in rel) or all(r < -0.05 for r in rel)
         tag = ("faster" if rel[0] < 0 else "slower") if same else "unchanged"
         pairs = " ".join(f"{100 * r:+6.1f}%" for r in rel)
-        base = statistics.mean(h[row] for h in host[:n])
+        base = 1e3 * statistics.mean(h[row] for h in host[:n])  # the JSON holds seconds
         print(f"{row:34s} {base:8.2f} ms  {pairs}  mean {100 * statistics.mean(rel):+6.1f}%  {tag}")
 
 
