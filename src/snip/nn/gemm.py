@@ -272,13 +272,12 @@ def weight_reusable(fprop: QuantSpec, dgrad: QuantSpec) -> bool:
     return w == dgrad.for_weight() and axis_free and not w.hadamard
 
 
-def _dgrad_takes_fprop_weight(specs: GemmSpecs, native: bool) -> bool:
-    """Whether fprop's ``Q(W)`` is kept as dgrad's operand (``SaveMode.HP``): the weight is
-    reusable (:func:`weight_reusable`), dgrad quantizes it at all, and no native FP8 dgrad
-    wants its own codes."""
+def _dgrad_takes_fprop_weight(specs: GemmSpecs) -> bool:
+    """Whether fprop's ``Q(W)`` can be kept as dgrad's operand (``SaveMode.HP``): the weight is
+    reusable (:func:`weight_reusable`) and dgrad quantizes it at all.  (A native FP8 dgrad
+    that wants its own codes is :func:`_fprop_weight`'s check.)"""
     d = specs.dgrad.for_weight()
-    return (not d.is_identity and weight_reusable(specs.fprop, specs.dgrad)
-            and not (native and native_spec(d)))
+    return not d.is_identity and weight_reusable(specs.fprop, specs.dgrad)
 
 
 @dataclass(frozen=True)
@@ -288,7 +287,7 @@ class _Route:
 
     fprop_w: QuantSpec  # fprop's weight spec (2-D tiles where ``weight_2d``)
     dgrad_w: QuantSpec  # dgrad's weight spec
-    reuse_w: bool  # fprop's Q(W) is dgrad's operand (emulated dgrad: _dgrad_takes_fprop_weight)
+    reuse_w: bool  # fprop's Q(W) can be dgrad's operand (_dgrad_takes_fprop_weight)
     reuse_x: bool  # fprop's Q(X) is wgrad's operand (input_reusable)
     reuse_dy: bool  # one Q(dY) for dgrad and wgrad (grad_reusable)
 
@@ -296,7 +295,7 @@ class _Route:
 @functools.lru_cache(maxsize=1024)
 def _route(specs: GemmSpecs) -> _Route:
     return _Route(fprop_w=specs.fprop.for_weight(), dgrad_w=specs.dgrad.for_weight(),
-                  reuse_w=_dgrad_takes_fprop_weight(specs, native=False),
+                  reuse_w=_dgrad_takes_fprop_weight(specs),
                   reuse_x=input_reusable(specs.fprop, specs.wgrad),
                   reuse_dy=grad_reusable(specs.dgrad, specs.wgrad))
 
@@ -394,7 +393,7 @@ def _fprop_weight(weight: torch.Tensor, saved: _Saved, keep: bool) -> torch.Tens
     if d.is_identity:
         saved.keep("weight", weight, weight=True, counted=False)
         return quantize_operand(weight, f, -1, f.rounding, seed, bf16=bf16)
-    reuse = route.reuse_w and not (saved.native and native_spec(d))
+    reuse = route.reuse_w and not (saved.native and native_spec(d))  # native: dgrad's own codes
     if cfg.save is SaveMode.ENCODED:
         dseed = seed if reuse else operand_seed(cfg.seed, cfg.step, Gemm.DGRAD, Operand.WEIGHT)
         qt = encode_operand(weight, d, 0, d.rounding, dseed)
