@@ -1,6 +1,8 @@
 """Paired v3 - host of ms per call for every snip row of the large-tensor runs in this folder
 (``large_{host,v3}_<i>.json``; the analysis of PLAN_large.md): per row, the mean relative change
 over the pairs, each pair's change, and whether both pairs moved it the same way by > 5 %.
+Added after the runs, beside that pre-registered rule: the paired difference in ms with its 95 %
+t-interval over the n pairs (n - 1 degrees of freedom).
 
     python benchmarks/results/issue21/xeon/cpu_model/paired_large.py
 """
@@ -8,6 +10,8 @@ over the pairs, each pair's change, and whether both pairs moved it the same way
 import json
 import statistics
 from pathlib import Path
+
+from scipy import stats
 
 HERE = Path(__file__).parent
 
@@ -32,7 +36,12 @@ def main() -> None:
         tag = ("faster" if rel[0] < 0 else "slower") if same else "unchanged"
         pairs = " ".join(f"{100 * r:+6.1f}%" for r in rel)
         base = 1e3 * statistics.mean(h[row] for h in host[:n])  # the JSON holds seconds
-        print(f"{row:34s} {base:8.2f} ms  {pairs}  mean {100 * statistics.mean(rel):+6.1f}%  {tag}")
+        d = [1e3 * (v3[i][row] - host[i][row]) for i in range(n)]
+        m = statistics.mean(d)
+        h = stats.t.ppf(0.975, n - 1) * statistics.stdev(d) / n ** 0.5
+        ci = "resolved" if abs(m) > h else "unresolved"
+        print(f"{row:34s} {base:8.2f} ms  {pairs}  mean {100 * statistics.mean(rel):+6.1f}%"
+              f"  {tag:9s}  {m:+6.2f} ms [{m - h:+6.2f}, {m + h:+6.2f}] {ci}")
 
 
 if __name__ == "__main__":
