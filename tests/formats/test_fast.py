@@ -154,6 +154,29 @@ def test_kernel_for_picks_each_kernel(monkeypatch):
     assert fast.kernel_for(x, get_spec("fp32"), R.RNE) is K.NONE
     monkeypatch.setenv("SNIP_FAST", "0")  # read on every call, after the spec's part is cached
     assert fast.kernel_for(x, bf16, R.RNE) is fast.kernel_for(x, mx, R.RNE) is K.NONE
+    monkeypatch.setenv("SNIP_FAST", "1")
+    assert fast.kernel_for(x, mx, R.RNE) is K.FUSED
+
+
+def test_env_reader_follows_os_environ(monkeypatch):
+    """The look-up :func:`fast.enabled` uses sees every change made through ``os.environ``, and
+    an ``os.environ`` without CPython's encoded dictionary falls back to ``os.environ.get``."""
+    import os
+
+    read = fast._env_reader("SNIP_TEST_ENV_READER")
+    monkeypatch.delenv("SNIP_TEST_ENV_READER", raising=False)
+    assert read() is None
+    monkeypatch.setenv("SNIP_TEST_ENV_READER", "0")
+    assert read() == "0"
+    os.environ["SNIP_TEST_ENV_READER"] = "é1"
+    assert read() == "é1"
+    monkeypatch.delenv("SNIP_TEST_ENV_READER")
+    assert read() is None
+    monkeypatch.setattr(os, "environ", {"SNIP_TEST_ENV_READER": "x"})
+    plain = fast._env_reader("SNIP_TEST_ENV_READER")
+    assert plain() == "x"
+    os.environ["SNIP_TEST_ENV_READER"] = "y"
+    assert plain() == "y"
 
 
 def test_kernel_uniforms_equal_counter_uniforms():

@@ -3,11 +3,13 @@ one-pass bf16 cast, and the tensor scales computed on numpy fp32 scalars instead
 and the per-call memos (numba's thread count, spec hashes, weight-tile specs) keep their
 meaning."""
 
+import random
+
 import numpy as np
 import pytest
 import torch
 
-from snip.formats import cast, fast, get_spec, quantize
+from snip.formats import Rounding, cast, fast, get_spec, quantize
 from snip.formats.scaling import fp32_scales, nvfp4_encode_scale
 
 pytestmark = pytest.mark.skipif("not fast.enabled()",
@@ -169,6 +171,24 @@ def test_seed_key_is_the_key_a_fresh_generator_draws_and_leaves_the_global_rng()
     for seed in (0, 1, 12345, 2**62 + 7):
         assert seed_key(seed) == draw_key(make_generator(seed, torch.device("cpu")))
     assert torch.equal(torch.get_rng_state(), state)
+
+
+def test_fast_seed_key_is_torchs_generator_key() -> None:
+    """``fast.seed_key`` (MT19937 in numba, no generator) is the key torch's CPU generator
+    draws, for seeds over the whole range the layers use (63-bit), both 32-bit halves' edges
+    and negative ones; and the fused kernels get that key from an int seed."""
+    from snip.formats.cast import seed_key as torch_seed_key
+
+    rng = random.Random(0)
+    seeds = [0, 1, 5, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**32 + 1, 2**62 + 7, 2**63 - 1,
+             -1, -(2**40) - 3] + [rng.getrandbits(63) for _ in range(500)]
+    assert [fast.seed_key(s) for s in seeds] == [torch_seed_key(s) for s in seeds]
+    x = torch.randn(64, 96)
+    spec = get_spec("mxfp4")
+    by_seed = fast.quantize_fused(x, spec, -1, Rounding.STOCHASTIC, 77)
+    by_generator = fast.quantize_fused(x, spec, -1, Rounding.STOCHASTIC,
+                                       torch.Generator().manual_seed(77))
+    assert torch.equal(by_seed, by_generator)
 
 
 @pytest.mark.parametrize("preset", ["mxfp4", "nvfp4", "fp8_e4m3"])

@@ -199,7 +199,7 @@ def quantize_operand(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Roun
     ``tokens``: for a token-major operand (``X``, ``dY``), its rows' place in the whole batch.
     ``bf16``: the operand of a bf16 GEMM (:func:`bf16_operands`), returned as the bf16 tensor
     the GEMM would cast it to, in the quantizer's own pass."""
-    x = x.float()
+    x = _as_dtype(x, torch.float32)
     if spec.is_identity:
         return x
     out = torch.bfloat16 if bf16 else torch.float32
@@ -227,11 +227,21 @@ def _seed(cfg: GemmConfig, gemm: Gemm, operand: Operand, rounding: Rounding) -> 
     return 0
 
 
-def _no_autocast(device: torch.device):
+_NO_CONTEXT = nullcontext()  # reusable: it keeps no state
+
+
+def _device_type(x: torch.Tensor) -> str:
+    """``x.device.type``, with CPU tensors answered without building a device (this and
+    :func:`_no_autocast` run twice a layer step; in a training step such calls cost several
+    times their isolated time, RESULTS §7k)."""
+    return "cpu" if x.is_cpu else x.device.type
+
+
+def _no_autocast(device_type: str):
     """Autocast off inside the Function (a no-op context when it is off already: ~20 us)."""
-    if torch.is_autocast_enabled(device.type):
-        return torch.autocast(device.type, enabled=False)
-    return nullcontext()
+    if torch.is_autocast_enabled(device_type):
+        return torch.autocast(device_type, enabled=False)
+    return _NO_CONTEXT
 
 
 def encode_operand(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Rounding,
@@ -442,7 +452,7 @@ def linear_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
     ``needs_backward``; its bytes go to ``record`` if given); the output has ``x``'s leading
     shape and ``cfg.out_dtype``."""
     native = cfg.gemm is GemmImpl.NATIVE and resolve_native(x.device, cfg.strict)
-    with _no_autocast(x.device):
+    with _no_autocast(_device_type(x)):
         x2 = _rows(x)
         saved = _Saved(cfg, native, bf16_operands(cfg.accum, x.device), record)
         y = _native_fprop(x2, weight, bias, saved, needs_backward) if native else None
@@ -481,7 +491,7 @@ def linear_backward(dy: torch.Tensor, saved: _Saved, x_shape: torch.Size, x_dtyp
                     w_dtype: torch.dtype, b_dtype: torch.dtype | None, need_x: bool,
                     need_w: bool, need_b: bool) -> tuple[torch.Tensor | None, ...]:
     """dgrad, wgrad and the bias gradient (``None`` where not needed) from what forward kept."""
-    with _no_autocast(dy.device):
+    with _no_autocast(_device_type(dy)):
         dy2 = _rows(dy)
         # native GEMMs quantize a bf16 dY as is (same bits: the scale multiply promotes)
         dy2 = dy2 if saved.native else _as_dtype(dy2, torch.float32)
@@ -647,7 +657,7 @@ def _native_wgrad(dy2: torch.Tensor, saved: _Saved) -> torch.Tensor | None:
 
 def autocast_dtype(x: torch.Tensor) -> torch.dtype:
     """The dtype ``F.linear`` would return for ``x`` here: the autocast dtype when active."""
-    dev = x.device.type
+    dev = _device_type(x)
     if torch.is_autocast_enabled(dev):
         return torch.get_autocast_dtype(dev)
     return x.dtype
