@@ -239,6 +239,25 @@ def test_no_grad_forward_saves_nothing():
     assert rec.activation == 0 and rec.weight == 0
 
 
+@pytest.mark.parametrize("preset", ["mxfp4", "nvfp4", "bf16", "fp8_e4m3_tile128"])
+def test_backward_twice_with_retain_graph(preset):
+    """A second backward through one forward (``retain_graph=True``) gets the same gradients
+    as the first, as through ``nn.Linear`` (the same SR seeds: the step is the forward's);
+    with packed operands (``save='encoded'``), freed by the first, it is a clear error."""
+    x, w, b, _ = _data()
+    x, w = x.clone().requires_grad_(), w.clone().requires_grad_()
+    y = quantized_linear(x, w, b, GemmConfig(specs=GemmSpecs.uniform(preset))).square().sum()
+    y.backward(retain_graph=True)
+    first = (x.grad.clone(), w.grad.clone())
+    y.backward()
+    assert torch.equal(x.grad, 2 * first[0]) and torch.equal(w.grad, 2 * first[1])
+    y = quantized_linear(x, w, b, GemmConfig(specs=GemmSpecs.uniform(preset),
+                                             save="encoded")).sum()
+    y.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="second backward"):
+        y.backward()
+
+
 def test_feature_mismatch_is_a_value_error():
     x, w, b, _ = _data()
     with pytest.raises(ValueError, match="features"):

@@ -326,7 +326,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, accum: Accum,
 class _Saved:
     """Forward-side bookkeeping: what backward gets of ``X`` and ``W``, and its cost in bytes.
 
-    ``w_quantized`` marks a ``W`` that is already ``Q_dgrad(W)`` (reused from fprop).
+    ``w_quantized`` marks a ``W`` that is already ``Q_dgrad(W)`` (reused from fprop).  The
+    object itself waits on the autograd ``ctx`` for backward (:meth:`stash`, :meth:`unstash`).
     """
 
     def __init__(self, cfg: GemmConfig, native: bool = False, bf16: bool = False,
@@ -341,6 +342,8 @@ class _Saved:
         self.bytes = record
         self.x: torch.Tensor | QTensor | None = None
         self.w: torch.Tensor | QTensor | None = None
+        # between forward and backward: what is not a plain tensor of (x, w); None once freed
+        self.packed: tuple[QTensor | Fp8Operand | None, ...] | None = (None, None)
         self.w_quantized = False
         self.x_quantized = False  # x is already Q_wgrad(X) (reused from fprop)
         self.dy: tuple[QuantSpec, Fp8Operand] | None = None  # native: dY codes shared by GEMMs
@@ -362,25 +365,36 @@ class _Saved:
         self.bytes.detail[name] = n
 
     def stash(self, ctx) -> None:
-        """Plain tensors go through ``save_for_backward`` (version checks, saved-tensor hooks)."""
+        """Hand ``x`` and ``w`` over to ``ctx``: plain tensors through ``save_for_backward``
+        (version checks, saved-tensor hooks), packed operands kept here; this object waits on
+        ``ctx`` for backward."""
         ctx.save_for_backward(*(v if isinstance(v, torch.Tensor) else None
                                 for v in (self.x, self.w)))
-        ctx.packed = tuple(None if isinstance(v, torch.Tensor) else v for v in (self.x, self.w))
-        ctx.w_quantized = self.w_quantized
-        ctx.x_quantized = self.x_quantized
-        ctx.native = self.native
-        ctx.bf16 = self.bf16
+        self.packed = tuple(None if isinstance(v, torch.Tensor) else v for v in (self.x, self.w))
         self.x = self.w = None
+        ctx.saved = self
 
-    @classmethod
-    def unstash(cls, ctx, cfg: GemmConfig) -> _Saved:
-        saved = cls(cfg, ctx.native, ctx.bf16)
+    @staticmethod
+    def unstash(ctx) -> _Saved:
+        """The forward's :class:`_Saved`, with ``x`` and ``w`` back.  A second backward
+        (``retain_graph=True``) works unless the first freed packed operands."""
+        saved: _Saved = ctx.saved
         tx, tw = ctx.saved_tensors
-        px, pw = ctx.packed
+        if saved.packed is None:
+            raise RuntimeError(
+                "a second backward through a snip layer whose packed operands (save='encoded', "
+                "or gemm='native' FP8 codes) the first backward freed; use save='hp' and "
+                "gemm='emulated' to backward twice through one forward")
+        px, pw = saved.packed
         saved.x, saved.w = px if tx is None else tx, pw if tw is None else tw
-        saved.w_quantized = ctx.w_quantized
-        saved.x_quantized = ctx.x_quantized
         return saved
+
+    def release(self) -> None:
+        """After backward: drop the operands (autograd frees its saved tensors, and packed
+        ones would otherwise live as long as the graph)."""
+        if self.packed is not None and any(v is not None for v in self.packed):
+            self.packed = None
+        self.x = self.w = self.dy = None
 
 
 def _nbytes(v: torch.Tensor | QTensor | Fp8Operand) -> int:
@@ -516,16 +530,15 @@ class QuantizedLinearFn(torch.autograd.Function):
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                 cfg: GemmConfig, record: SavedBytes | None, needs_backward: bool) -> torch.Tensor:
         y, saved = linear_forward(x, weight, bias, cfg, needs_backward, record)
-        ctx.cfg = cfg
         saved.stash(ctx)
         ctx.meta = (x.shape, x.dtype, weight.dtype, None if bias is None else bias.dtype)
         return y
 
     @staticmethod
     def backward(ctx, dy: torch.Tensor):
-        saved = _Saved.unstash(ctx, ctx.cfg)
+        saved = _Saved.unstash(ctx)
         dx, dw, db = linear_backward(dy, saved, *ctx.meta, *ctx.needs_input_grad[:3])
-        ctx.packed = None  # free the packed operands as soon as they are used
+        saved.release()
         return dx, dw, db, None, None, None
 
 
