@@ -268,7 +268,7 @@ def sr_uniform_reference(key: tuple[int, int] | int, index: int) -> float:
 
 def seed_key(seed: int) -> tuple[int, int]:
     """:func:`snip.formats.cast.seed_key` (the key a CPU generator seeded with ``seed`` draws),
-    computed without the generator: about 0.5 us instead of 3, and several times that saved
+    computed without the generator: about 0.9 us instead of 3.3, and several times that saved
     in a training step, where every stochastically rounded operand makes one (RESULTS §7k).
 
     Torch's CPU generator is MT19937: ``manual_seed(seed)`` initialises it from ``seed mod
