@@ -18,7 +18,7 @@ included: model build, the cached corpus opened, the run directory):
 The trainer's overhead is ``train_<preset> / loop_<preset>`` (target <= 1.2); what emulation
 adds is ``loop_<preset> / loop_plain``.  Arms run interleaved in rounds in one process; figures
 are medians over rounds of the per-round ratio to ``loop_plain``.  Raw times, CPU model and
-flags go to ``benchmarks/results/issue21/bench_train_e2e_t<threads>.json``.
+flags go to ``--out`` (default ``benchmarks/results/issue21/bench_train_e2e_t<threads>.json``).
 
     PYTHONPATH=src python benchmarks/bench_train_e2e.py --threads 1 --rounds 3
 """
@@ -88,6 +88,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--presets", default="fp32,bf16,mxfp4",
                     help="comma-separated presets for the loop_/train_ pairs")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="the JSON (default: results/issue21/bench_train_e2e_t<threads>.json)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     presets = args.presets.split(",")
@@ -130,11 +132,12 @@ def main() -> None:
     for p in presets:
         summary[f"train_{p}"]["vs_loop_same_preset"] = round(
             median_ratio(f"train_{p}", f"loop_{p}"), 3)
-    out = {"args": vars(args), "tokens_per_run": tokens, "cpu": cpu_info(),
+    args_json = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    out = {"args": args_json, "tokens_per_run": tokens, "cpu": cpu_info(),
            "loadavg_before_after": load, "seconds": times, "final_losses": losses,
            "summary": summary}
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"bench_train_e2e_t{args.threads}.json"
+    path = args.out or RESULTS / f"bench_train_e2e_t{args.threads}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=1) + "\n")
     print(f"{'arm':<16} {'tok/s':>8} {'vs loop_plain':>13} {'vs its loop':>12}")
     for name, s in summary.items():
