@@ -14,7 +14,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from scipy import stats
+from snip.compare.stats import t_interval
 
 HERE = Path(__file__).parent
 
@@ -37,10 +37,9 @@ def main() -> None:
             continue
         d = [after[i][case]["us"] - before[i][case]["us"] for i in range(n)]
         b = statistics.mean(before[i][case]["us"] for i in range(n))
-        m = statistics.mean(d)
-        h = stats.t.ppf(0.975, n - 1) * statistics.stdev(d) / n ** 0.5 if n > 1 else float("nan")
-        tag = "resolved" if abs(m) > h else "unresolved"
-        print(f"{case:50s} {b:8.1f} {m:+8.1f} [{m - h:+8.1f}, {m + h:+8.1f}] {m / b:+7.1%} {tag}")
+        m, lo, hi = t_interval(d)
+        tag = "resolved" if lo > 0 or hi < 0 else "unresolved"
+        print(f"{case:50s} {b:8.1f} {m:+8.1f} [{lo:+8.1f}, {hi:+8.1f}] {m / b:+7.1%} {tag}")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import json
 import statistics
 from pathlib import Path
 
-from scipy import stats
+from snip.compare.stats import t_interval
 
 HERE = Path(__file__).parent
 
@@ -37,11 +37,10 @@ def main() -> None:
         pairs = " ".join(f"{100 * r:+6.1f}%" for r in rel)
         base = 1e3 * statistics.mean(h[row] for h in host[:n])  # the JSON holds seconds
         d = [1e3 * (v3[i][row] - host[i][row]) for i in range(n)]
-        m = statistics.mean(d)
-        h = stats.t.ppf(0.975, n - 1) * statistics.stdev(d) / n ** 0.5
-        ci = "resolved" if abs(m) > h else "unresolved"
+        m, lo, hi = t_interval(d)
+        ci = "resolved" if lo > 0 or hi < 0 else "unresolved"
         print(f"{row:34s} {base:8.2f} ms  {pairs}  mean {100 * statistics.mean(rel):+6.1f}%"
-              f"  {tag:9s}  {m:+6.2f} ms [{m - h:+6.2f}, {m + h:+6.2f}] {ci}")
+              f"  {tag:9s}  {m:+6.2f} ms [{lo:+6.2f}, {hi:+6.2f}] {ci}")
 
 
 if __name__ == "__main__":

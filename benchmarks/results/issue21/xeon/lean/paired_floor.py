@@ -10,7 +10,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from scipy import stats
+from snip.compare.stats import t_interval
 
 HERE = Path(__file__).parent
 
@@ -34,10 +34,9 @@ def main() -> None:
         d = [a[arm] - b[arm] for b, a in pairs]
         before = statistics.mean(b[arm] for b, _ in pairs)
         after = statistics.mean(a[arm] for _, a in pairs)
-        m = statistics.mean(d)
-        h = stats.t.ppf(0.975, n - 1) * statistics.stdev(d) / n ** 0.5
-        tag = "resolved" if abs(m) > h else "unresolved"
-        print(f"{arm:18s} {before:6.1f} -> {after:6.1f}  {m:+6.1f} [{m - h:+6.1f}, {m + h:+6.1f}]"
+        m, lo, hi = t_interval(d)
+        tag = "resolved" if lo > 0 or hi < 0 else "unresolved"
+        print(f"{arm:18s} {before:6.1f} -> {after:6.1f}  {m:+6.1f} [{lo:+6.1f}, {hi:+6.1f}]"
               f"  {100 * m / before:+5.1f} %  {tag}")
 
 

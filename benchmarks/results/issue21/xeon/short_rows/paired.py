@@ -9,7 +9,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from scipy import stats
+from snip.compare.stats import t_interval
 
 HERE = Path(__file__).parent
 
@@ -35,11 +35,10 @@ def main() -> None:
         d = [a[key] - b[key] for b, a in pairs]
         before = statistics.mean(b[key] for b, _ in pairs)
         after = statistics.mean(a[key] for _, a in pairs)
-        m = statistics.mean(d)
-        h = stats.t.ppf(0.975, n - 1) * statistics.stdev(d) / n ** 0.5 if n > 1 else float("nan")
-        tag = "resolved" if abs(m) > h else "unresolved"
+        m, lo, hi = t_interval(d)
+        tag = "resolved" if lo > 0 or hi < 0 else "unresolved"
         print(f"{key[0]:10s} {key[1]:18s} {before:5.2f} -> {after:5.2f}  {m:+.3f} "
-              f"[{m - h:+.3f}, {m + h:+.3f}]  {tag}")
+              f"[{lo:+.3f}, {hi:+.3f}]  {tag}")
 
 
 if __name__ == "__main__":
