@@ -63,6 +63,7 @@ import numpy as np
 import torch
 
 from snip.formats.cast import DEFAULT_COUNTERS, Counters, Rounding, draw_key
+from snip.formats.cast import seed_key as torch_seed_key
 from snip.formats.element import ElementFormat, Kind
 from snip.formats.scaling import fp32_scales
 from snip.formats.spec import E8M0Rule, QuantSpec, ScaleFormat, Scaling
@@ -277,7 +278,6 @@ def seed_key(seed: int) -> tuple[int, int]:
     words are outputs 2 and 4, which need only state words 1-4, 398 and 400
     (:func:`_mt19937_key`).  A test checks this against torch's generator."""
     if not AVAILABLE:
-        from snip.formats.cast import seed_key as torch_seed_key
         return torch_seed_key(seed)
     return _mt19937_key(seed & 0xFFFFFFFF)
 
@@ -1586,6 +1586,8 @@ def kernel_for(x: torch.Tensor, spec: QuantSpec, rounding: Rounding | None) -> K
 
 
 _ANY, _RNE_MATRIX, _BF16 = 1, 2, 3  # the spec's part: any input, RNE matrices, bf16 cast
+# a plain dictionary, not functools.cache: torch.compile traces this path (SNIP_FAST=0) and
+# warns at every cache-wrapped call it meets
 _SPEC_KERNEL: dict[tuple[QuantSpec, Rounding | None], int] = {}
 
 
