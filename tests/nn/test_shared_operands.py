@@ -14,7 +14,8 @@ import torch
 
 from snip.formats import fast, get_spec, quantize
 from snip.nn import GemmConfig, GemmSpecs, quantized_linear
-from snip.nn.gemm import grad_reusable, input_reusable
+from snip.nn.gemm import Operand, grad_reusable, input_reusable, operand_seed
+from snip.nn.specs import Gemm
 
 T, K, N = 48, 64, 32
 MAIN = ["bf16", "fp8_e4m3", "fp8_e4m3_tile128", "mxfp8_e4m3", "mxfp4", "nvfp4",
@@ -73,3 +74,39 @@ def test_fast_step_equals_reference_path(preset, monkeypatch):
     ref_out = _step(specs)
     for a, r in zip(fast_out, ref_out, strict=True):
         assert torch.equal(a, r)
+
+
+@pytest.mark.parametrize("dgrad, wgrad", [("mxfp4", "mxfp4"), ("fp4_e2m1_tile128",) * 2,
+                                          ("mxfp8_e4m3", "fp8_e4m3_tile128")])
+def test_grad_output_quantized_for_both_gemms_in_one_call(dgrad, wgrad, monkeypatch):
+    """Backward quantizes ``dY`` for dgrad and wgrad in one call (``fast.quantize_pair``) where
+    both specs are 1-D blocks, and the gradients equal ``dY`` quantized separately along each
+    GEMM's axis with its own seed (SR for the FP4 presets), and the reference path's."""
+    g = torch.Generator().manual_seed(1)
+    x, w, dy = torch.randn(48, 64, generator=g), torch.randn(128, 64, generator=g) / 8, \
+        torch.randn(48, 128, generator=g)  # 48 tokens: a partial column block
+    specs = GemmSpecs(fprop="mxfp4", dgrad=dgrad, wgrad=wgrad)
+    cfg = GemmConfig(specs=specs, seed=5, step=2)
+    calls = []
+    real = fast.quantize_pair
+    monkeypatch.setattr(fast, "quantize_pair", lambda *a, **k: calls.append(r := real(*a, **k))
+                        or r)
+
+    def step():
+        xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
+        quantized_linear(xg, wg, None, cfg).backward(dy)
+        return xg.grad, wg.grad
+
+    dx, dw = step()
+    assert len(calls) == 1 and calls[0] is not None
+    d, s = specs.dgrad, specs.wgrad
+    dyq_d = quantize(dy, d, axis=-1, rounding=d.grad_rounding,
+                     generator=operand_seed(5, 2, Gemm.DGRAD, Operand.GRAD_OUTPUT))
+    dyq_w = quantize(dy, s, axis=0, rounding=s.grad_rounding,
+                     generator=operand_seed(5, 2, Gemm.WGRAD, Operand.GRAD_OUTPUT))
+    assert torch.equal(dx, dyq_d @ quantize(w, d.for_weight(), axis=0))
+    assert torch.equal(dw, dyq_w.t() @ quantize(x, s, axis=0))
+    monkeypatch.setattr(fast, "enabled", lambda: False)
+    ref = step()
+    assert len(calls) == 2 and calls[1] is None  # the reference path: two quantize calls
+    assert torch.equal(dx, ref[0]) and torch.equal(dw, ref[1])
