@@ -2,9 +2,10 @@
 
 ``Q(X)`` of fprop is wgrad's ``Q(X)`` and ``Q(dY)`` of dgrad is wgrad's ``Q(dY)`` when the spec
 is the same and its scale does not depend on the axis (bf16, one tensor scale) with round to
-nearest even; the layer then quantizes each once.  The gradients must equal the three GEMMs
-written out with six separate ``quantize`` calls, and the fast path must equal the PyTorch
-reference path (``SNIP_FAST=0``) on every preset the experiments use.
+nearest even; the layer then quantizes each once.  Where dgrad's and wgrad's specs are 1-D
+blocks, the two ``Q(dY)`` come from one call that reads ``dY`` once.  The gradients must equal
+the three GEMMs written out with six separate ``quantize`` calls, and the fast path must equal
+the PyTorch reference path (``SNIP_FAST=0``) on every preset the experiments use.
 """
 
 from __future__ import annotations
@@ -80,8 +81,9 @@ def test_fast_step_equals_reference_path(preset, monkeypatch):
                                           ("mxfp8_e4m3", "fp8_e4m3_tile128")])
 def test_grad_output_quantized_for_both_gemms_in_one_call(dgrad, wgrad, monkeypatch):
     """Backward quantizes ``dY`` for dgrad and wgrad in one call (``fast.quantize_pair``) where
-    both specs are 1-D blocks, and the gradients equal ``dY`` quantized separately along each
-    GEMM's axis with its own seed (SR for the FP4 presets), and the reference path's."""
+    both specs are 1-D blocks with a one-level scale, and the gradients equal ``dY`` quantized
+    separately along each GEMM's axis with its own seed (SR for the FP4 presets), and the
+    reference path's."""
     g = torch.Generator().manual_seed(1)
     x, w, dy = torch.randn(48, 64, generator=g), torch.randn(128, 64, generator=g) / 8, \
         torch.randn(48, 128, generator=g)  # 48 tokens: a partial column block

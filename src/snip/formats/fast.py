@@ -20,6 +20,10 @@ per-channel and 1-D block scaling along any axis, on fp32 or bf16 input:
 * blocks along a middle axis (axis 0 of a matrix: the weight-gradient operands) are handled
   without a transpose: a task takes ``k`` rows and keeps one scale per column; 2-D weight tiles
   (NVFP4 16x16, 128x128) likewise, one row of tiles per task (round-to-nearest-even only);
+* a matrix that two GEMMs need along different axes (a layer's ``dY``: along its rows for
+  dgrad, along tokens for wgrad) is quantized both ways from one read (:func:`quantize_pair`):
+  each task takes the rows of one column block, runs the column kernel's task on them and then
+  the row kernel's over the same rows, now in cache -- one call instead of two;
 * the element's binade and grid step are computed in i32 LLVM IR (:func:`_pow2_up`): numba
   widens small-integer arithmetic to i64, which cost more vector instructions than the rounding;
 * stochastic rounding draws a 16-bit ``u`` from a keyed counter hash of the element's index in

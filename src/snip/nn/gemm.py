@@ -20,7 +20,9 @@ dgrad      dY (T, N) along N (axis -1)       W (N, K) along N  (axis 0)
 wgrad      dY (T, N) along T (axis 0)        X (T, K) along T  (axis 0)
 =========  ================================  ===================================
 
-Leading dimensions of ``X`` are flattened into the token axis ``T``.  Weights use
+Where dgrad's and wgrad's specs are both 1-D blocks (MX, 1x128 tiles), backward makes the two
+``Q(dY)`` in one call that reads ``dY`` once (:func:`snip.formats.fast.quantize_pair`; same bits
+as two calls).  Leading dimensions of ``X`` are flattened into the token axis ``T``.  Weights use
 ``spec.for_weight()``: with ``weight_2d`` specs (NVFP4, the 128x128 FP8/FP4 tiles) that is a 2-D
 tile, whose scale does not depend on the axis, so ``Q(W)`` of fprop *is* ``Q(W)`` of dgrad when
 both GEMMs share the spec -- it is quantized once and reused (:func:`weight_reusable`).
