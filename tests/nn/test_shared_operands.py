@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from snip.formats import fast, get_spec, quantize
+from snip.formats import Rounding, fast, get_spec, quantize, replace_spec
 from snip.nn import GemmConfig, GemmSpecs, quantized_linear
 from snip.nn.gemm import Operand, grad_reusable, input_reusable, operand_seed
 from snip.nn.specs import Gemm
@@ -112,3 +112,73 @@ def test_grad_output_quantized_for_both_gemms_in_one_call(dgrad, wgrad, monkeypa
     ref = step()
     assert len(calls) == 2 and calls[1] is None  # the reference path: two quantize calls
     assert torch.equal(dx, ref[0]) and torch.equal(dw, ref[1])
+
+
+def _shared_input_block(presets, x, ws, dys, seeds=(1, 2, 3)):
+    """Layers reading one input one after the other (q, k, v), then their backward in reverse:
+    each layer's output, and its gradients of the input and of its weight."""
+    xg = x.clone().requires_grad_()
+    wg = [w.clone().requires_grad_() for w in ws]
+    ys = [quantized_linear(xg, w, None, GemmConfig(specs=GemmSpecs.uniform(p), seed=s, step=4))
+          for p, w, s in zip(presets, wg, seeds, strict=True)]
+    grads = [torch.autograd.grad(ys[i], [xg, wg[i]], dys[i]) for i in reversed(range(len(ys)))]
+    return [(y.detach(), *g) for y, g in zip(ys, grads[::-1], strict=True)]
+
+
+def _count_input_calls(monkeypatch, shape):
+    """Spy on quantize_operand: how many calls quantize an operand of ``shape`` per axis."""
+    import snip.nn.gemm as gemm
+    calls = {-1: 0, 0: 0}
+    real = gemm.quantize_operand
+
+    def spy(x, spec, axis, *a, **k):
+        if tuple(x.shape) == shape:
+            calls[axis] += 1
+        return real(x, spec, axis, *a, **k)
+    monkeypatch.setattr(gemm, "quantize_operand", spy)
+    return calls
+
+
+@pytest.mark.parametrize("preset", ["mxfp4", "nvfp4", "fp4_e2m1_tile128", "bf16"])
+def test_layers_sharing_an_input_quantize_it_once(preset, monkeypatch):
+    """q, k and v read one ``X``: fprop quantizes it once for the three (RNE: the same bits
+    whatever the layer's seed), wgrad once more for the three, and every output and gradient
+    equals the layers run one by one with nothing shared."""
+    import snip.nn.gemm as gemm
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(2, 48, 160, generator=g)
+    ws = [torch.randn(n, 160, generator=g) / 8 for n in (128, 64, 64)]  # GQA: k, v narrower
+    dys = [torch.randn(2, 48, n, generator=g) for n in (128, 64, 64)]
+    calls = _count_input_calls(monkeypatch, (96, 160))
+    got = _shared_input_block([preset] * 3, x, ws, dys)
+    reuse_x = input_reusable(get_spec(preset), get_spec(preset))  # (bf16: fprop's Q(X) saved)
+    assert calls == {-1: 1, 0: 0 if reuse_x else 1}
+    monkeypatch.setattr(gemm, "_quantize_input", lambda memo, x, spec, axis, rounding, seed,
+                        tokens, bf16: gemm.quantize_operand(x, spec, axis, rounding, seed,
+                                                            tokens, bf16=bf16))
+    calls.update({-1: 0, 0: 0})
+    want = [_shared_input_block([preset], x, [w], [dy], seeds=(i + 1,))[0]
+            for i, (w, dy) in enumerate(zip(ws, dys, strict=True))]
+    assert calls == {-1: 3, 0: 0 if reuse_x else 3}
+    for layer_got, layer_want in zip(got, want, strict=True):  # (y, dX, dW) of each layer
+        for a, b in zip(layer_got, layer_want, strict=True):
+            assert torch.equal(a, b)
+
+
+def test_input_memo_follows_writes_specs_and_roundings(monkeypatch):
+    """No reuse across an in-place write to ``X`` (its version changes), another spec (an
+    adaptive plan's neighbours), or stochastic rounding of ``X`` (a draw per layer)."""
+    g = torch.Generator().manual_seed(8)
+    x, w = torch.randn(48, 128, generator=g), torch.randn(64, 128, generator=g) / 8
+    calls = _count_input_calls(monkeypatch, (48, 128))
+    cfg = GemmConfig(specs=GemmSpecs.uniform("mxfp4"))
+    y0 = quantized_linear(x, w, None, cfg)
+    x.mul_(2)
+    y1 = quantized_linear(x, w, None, cfg)
+    assert calls[-1] == 2 and torch.equal(y1, 2 * y0)  # (power-of-two scales: exact)
+    quantized_linear(x, w, None, GemmConfig(specs=GemmSpecs.uniform("mxfp8_e4m3")))
+    assert calls[-1] == 3
+    sr = replace_spec("mxfp4", name="mxfp4_sr_x", rounding=Rounding.STOCHASTIC)
+    for s in (1, 2):
+        quantized_linear(x, w, None, GemmConfig(specs=GemmSpecs.uniform(sr), seed=s))
+    assert calls[-1] == 5

@@ -69,6 +69,7 @@ import enum
 import functools
 import hashlib
 import os
+import threading
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 
@@ -213,6 +214,58 @@ def quantize_operand(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Roun
     gen = seed if rounding is Rounding.STOCHASTIC else None
     return quantize(x, spec, axis=axis, rounding=rounding, generator=gen, shard=tokens,
                     dtype=out)
+
+
+class _LastInput(threading.local):
+    """The last token-major input one GEMM quantized with round-to-nearest, and the result.
+
+    Layers that share an input -- q, k and v of an attention block, gate and up of a SwiGLU --
+    quantize the same ``X`` with the same spec one after the other, in fprop and again in wgrad;
+    with RNE (no seed) the results are equal, so the second and third layers take the first
+    one's.  An entry matches the same data: same storage address, shape, strides and dtype,
+    and the same version counter (which every in-place write bumps, as autograd's saved-tensor
+    checks rely on); it holds its source, so the address cannot be reused while it lives.
+    One entry per thread and GEMM: it holds one operand beyond its use until the next call,
+    and the other pass's first call drops it (:func:`linear_forward`, :func:`linear_backward`).
+    """
+
+    entry: tuple | None = None
+
+    def get(self, x: torch.Tensor, spec: QuantSpec, axis: int, bf16: bool) -> torch.Tensor | None:
+        e = self.entry
+        if e is None:
+            return None
+        src, key, e_spec, e_axis, e_bf16, out = e
+        if (e_axis != axis or e_bf16 != bf16 or (e_spec is not spec and e_spec != spec)
+                or key != _data_key(x)):
+            return None
+        return out
+
+    def put(self, x: torch.Tensor, spec: QuantSpec, axis: int, bf16: bool,
+            out: torch.Tensor) -> None:
+        self.entry = (x, _data_key(x), spec, axis, bf16, out)
+
+
+def _data_key(x: torch.Tensor) -> tuple:
+    return (x.data_ptr(), x.shape, x.stride(), x.dtype, x._version)
+
+
+_FPROP_X, _WGRAD_X = _LastInput(), _LastInput()
+
+
+def _quantize_input(memo: _LastInput, x: torch.Tensor, spec: QuantSpec, axis: int,
+                    rounding: Rounding, seed: int, tokens: RowShard | None,
+                    bf16: bool) -> torch.Tensor:
+    """:func:`quantize_operand` of a token-major input ``X``, taken from ``memo`` when the
+    previous layer quantized the same data the same way (RNE only: a stochastic draw depends on
+    the layer's seed)."""
+    if rounding is Rounding.STOCHASTIC or tokens is not None or spec.is_identity:
+        return quantize_operand(x, spec, axis, rounding, seed, tokens, bf16=bf16)
+    out = memo.get(x, spec, axis, bf16)
+    if out is None:
+        out = quantize_operand(x, spec, axis, rounding, seed, tokens, bf16=bf16)
+        memo.put(x, spec, axis, bf16, out)
+    return out
 
 
 def bf16_operands(accum: Accum, device: torch.device) -> bool:
@@ -471,6 +524,7 @@ def linear_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
     ``needs_backward``; its bytes go to ``record`` if given); the output has ``x``'s leading
     shape and ``cfg.out_dtype``."""
     native = cfg.gemm is GemmImpl.NATIVE and resolve_native(x.device, cfg.strict)
+    _WGRAD_X.entry = None  # (the last backward's operand: not needed until the next backward)
     with _no_autocast(_device_type(x)):
         x2 = _rows(x)
         saved = _Saved(cfg, native, bf16_operands(cfg.accum, x.device), record)
@@ -479,7 +533,7 @@ def linear_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
             wq = _fprop_weight(weight, saved, needs_backward)
             f = cfg.specs.fprop
             xseed = _seed(cfg, Gemm.FPROP, Operand.INPUT, f.rounding)
-            xq = quantize_operand(x2, f, -1, f.rounding, xseed, cfg.tokens, bf16=saved.bf16)
+            xq = _quantize_input(_FPROP_X, x2, f, -1, f.rounding, xseed, cfg.tokens, saved.bf16)
             if needs_backward:
                 _save_input(x2, saved, xq)
             y = matmul(xq, wq.t(), saved.accum, bias)
@@ -510,6 +564,7 @@ def linear_backward(dy: torch.Tensor, saved: _Saved, x_shape: torch.Size, x_dtyp
                     w_dtype: torch.dtype, b_dtype: torch.dtype | None, need_x: bool,
                     need_w: bool, need_b: bool) -> tuple[torch.Tensor | None, ...]:
     """dgrad, wgrad and the bias gradient (``None`` where not needed) from what forward kept."""
+    _FPROP_X.entry = None  # (the forward's last operand: not needed until the next forward)
     with _no_autocast(_device_type(dy)):
         dy2 = _rows(dy)
         # native GEMMs quantize a bf16 dY as is (same bits: the scale multiply promotes)
@@ -612,7 +667,7 @@ def _wgrad(dy2: torch.Tensor, saved: _Saved, dyq: torch.Tensor | None = None) ->
         xq = saved.x
     else:
         seed = _seed(cfg, Gemm.WGRAD, Operand.INPUT, w.rounding)
-        xq = quantize_operand(saved.x, w, 0, w.rounding, seed, cfg.tokens, bf16=saved.bf16)
+        xq = _quantize_input(_WGRAD_X, saved.x, w, 0, w.rounding, seed, cfg.tokens, saved.bf16)
     if dyq is None:
         dyq = _grad_output(dy2, saved, Gemm.WGRAD, 0)
     return matmul(dyq.t(), xq, saved.accum)
