@@ -182,3 +182,18 @@ def test_input_memo_follows_writes_specs_and_roundings(monkeypatch):
     for s in (1, 2):
         quantized_linear(x, w, None, GemmConfig(specs=GemmSpecs.uniform(sr), seed=s))
     assert calls[-1] == 5
+
+
+def test_input_memo_skips_inference_tensors(monkeypatch):
+    """Under ``torch.inference_mode`` tensors have no version counter (an in-place write there
+    could not be seen), so layers sharing such an input each quantize it."""
+    g = torch.Generator().manual_seed(9)
+    w = torch.randn(64, 128, generator=g) / 8
+    calls = _count_input_calls(monkeypatch, (48, 128))
+    cfg = GemmConfig(specs=GemmSpecs.uniform("mxfp4"))
+    with torch.inference_mode():
+        x = torch.randn(48, 128, generator=g)
+        y0 = quantized_linear(x, w, None, cfg)
+        x.mul_(2)
+        y1 = quantized_linear(x, w, None, cfg)
+    assert calls[-1] == 2 and torch.equal(y1, 2 * y0)

@@ -22,10 +22,13 @@ wgrad      dY (T, N) along T (axis 0)        X (T, K) along T  (axis 0)
 
 Where dgrad's and wgrad's specs are both 1-D blocks (MX, 1x128 tiles), backward makes the two
 ``Q(dY)`` in one call that reads ``dY`` once (:func:`snip.formats.fast.quantize_pair`; same bits
-as two calls).  Leading dimensions of ``X`` are flattened into the token axis ``T``.  Weights use
-``spec.for_weight()``: with ``weight_2d`` specs (NVFP4, the 128x128 FP8/FP4 tiles) that is a 2-D
-tile, whose scale does not depend on the axis, so ``Q(W)`` of fprop *is* ``Q(W)`` of dgrad when
-both GEMMs share the spec -- it is quantized once and reused (:func:`weight_reusable`).
+as two calls).  Layers that read one input one after the other (q, k and v; gate and up)
+quantize it once per pass when it rounds to nearest: the next layer takes the previous one's
+``Q(X)`` (:class:`_LastInput`).  Leading dimensions of ``X`` are flattened into the token axis
+``T``.  Weights use ``spec.for_weight()``: with ``weight_2d`` specs (NVFP4, the 128x128 FP8/FP4
+tiles) that is a 2-D tile, whose scale does not depend on the axis, so ``Q(W)`` of fprop *is*
+``Q(W)`` of dgrad when both GEMMs share the spec -- it is quantized once and reused
+(:func:`weight_reusable`).
 
 Gradient operands (``dY``) round with ``spec.grad_rounding`` (stochastic for the FP4 presets: an
 unbiased gradient estimate).  Every stochastic draw comes from a generator seeded by
@@ -258,8 +261,9 @@ def _quantize_input(memo: _LastInput, x: torch.Tensor, spec: QuantSpec, axis: in
                     bf16: bool) -> torch.Tensor:
     """:func:`quantize_operand` of a token-major input ``X``, taken from ``memo`` when the
     previous layer quantized the same data the same way (RNE only: a stochastic draw depends on
-    the layer's seed)."""
-    if rounding is Rounding.STOCHASTIC or tokens is not None or spec.is_identity:
+    the layer's seed; and not for inference tensors, which have no version counter)."""
+    if (rounding is Rounding.STOCHASTIC or tokens is not None or spec.is_identity
+            or x.is_inference()):
         return quantize_operand(x, spec, axis, rounding, seed, tokens, bf16=bf16)
     out = memo.get(x, spec, axis, bf16)
     if out is None:
