@@ -238,7 +238,7 @@ class _LastInput(threading.local):
         e = self.entry
         if e is None:
             return None
-        src, key, e_spec, e_axis, e_bf16, out = e
+        _src, key, e_spec, e_axis, e_bf16, out = e
         if (e_axis != axis or e_bf16 != bf16 or (e_spec is not spec and e_spec != spec)
                 or key != _data_key(x)):
             return None
