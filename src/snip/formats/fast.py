@@ -1148,22 +1148,68 @@ if AVAILABLE:
                     k1):
         """Blocks of ``k`` along the middle axis of ``x`` viewed ``(n_outer, length, inner)``
         (e.g. axis 0 of a matrix), without transposing: each task takes ``k`` rows of ``inner``
-        columns (:func:`_cols_tile`).  SR counter: ``c_off + (o * inner + i) * padded + l`` (by
-        default the padded blocks layout; a row shard passes its place in the whole tensor,
-        ``padded`` its row stride)."""
+        columns, keeps their ``inner`` scales, and sweeps the rows again while they are in cache.
+        SR counter: ``c_off + (o * inner + i) * padded + l`` (by default the padded blocks
+        layout; a row shard passes its place in the whole tensor, ``padded`` its row stride)."""
         nb = (length + k - 1) // k
         for u in prange(n_outer * nb):
             o = u // nb
             b = u - o * nb
-            _cols_tile(x, out, o, b * k, min(length, (b + 1) * k), length, inner, padded, c_off,
-                       sfmt, pow2, emax_elem, maxn, mul, t_dec, is_int, mbits, emin, emax, maxne,
-                       step, inv_step, sr, k0, k1)
+            l0 = b * k
+            l1 = min(length, l0 + k)
+            m = np.zeros(inner, np.int32)
+            for li in range(l0, l1):
+                xs = x[(o * length + li) * inner:(o * length + li + 1) * inner]
+                for i in range(inner):
+                    bi = _absbits(xs, i)
+                    m[i] = bi if bi > m[i] else m[i]
+            enc = np.empty(inner, np.float32)
+            dec = np.empty(inner, np.float32)
+            _scales(m, enc, dec, sfmt, pow2, emax_elem, maxn, mul, t_dec)
+            first = l0  # the rows not rounded as pairs below
+            base = c_off + o * inner * padded + l0  # SR counter of (o, column 0, row l0)
+            if sr and not is_int and base & 1 == 0 and padded & 1 == 0:
+                # rows l0 + 2t and l0 + 2t + 1 of column i have counters 2p and 2p + 1 of one
+                # pair p = base / 2 + i * padded / 2 + t: one 32-bit hash gives both coins, if
+                # every pair of the block shares the high word of the first
+                p0 = base >> 1
+                half = padded >> 1
+                npr = (l1 - l0) >> 1
+                if npr > 0 and (p0 & 0xFFFFFFFF) + (inner - 1) * half + npr - 1 < (1 << 32):
+                    lo0 = p0 & 0xFFFFFFFF
+                    c = k1 + (p0 >> 32) * SR_GOLDEN
+                    hb = np.empty(inner, np.uint32)
+                    for t in range(npr):
+                        lo = (o * length + l0 + 2 * t) * inner
+                        _sr_row_pair(x[lo:lo + inner], x[lo + inner:lo + 2 * inner],
+                                     out[lo:lo + inner], out[lo + inner:lo + 2 * inner], enc,
+                                     dec, t, half, lo0, k0, c, mbits, emin, emax, maxne, hb)
+                    first = l0 + 2 * npr
+            if not is_int and not sr:  # RNE onto a float grid: the row loop inline (a call
+                # per row cost as much as the rounding at 64 columns)
+                for li in range(l0, l1):
+                    lo = (o * length + li) * inner
+                    xr = x[lo:lo + inner]
+                    orow = out[lo:lo + inner]
+                    for i in range(inner):
+                        _st(orow, i, _rne_elem(_ld(xr, i), enc[i], dec[i], mbits, emin, emax,
+                                               maxne))
+                continue
+            for li in range(first, l1):
+                lo = (o * length + li) * inner
+                _any_span_vec(x[lo:lo + inner], out[lo:lo + inner], enc, dec,
+                              c_off + o * inner * padded + li, padded, is_int, mbits, emin, emax,
+                              maxne, step, inv_step, sr, k0, k1)
 
-    @njit(error_model="numpy")
+    @njit(error_model="numpy", inline="always")
     def _cols_tile(x, out, o, l0, l1, length, inner, padded, c_off, sfmt, pow2, emax_elem, maxn,
                    mul, t_dec, is_int, mbits, emin, emax, maxne, step, inv_step, sr, k0, k1):
-        """Rows ``l0:l1`` (one block along the middle axis) of slab ``o`` of :func:`_fused_cols`:
-        the ``inner`` column maxima and scales, then the rows swept again while in cache."""
+        """One task of :func:`_fused_cols` (rows ``l0:l1`` of slab ``o``: the ``inner`` column
+        maxima and scales, then the rows swept again while in cache), for :func:`_fused_pair`.
+
+        The same statements as ``_fused_cols``' loop body, which keeps its own copy: calling
+        this from there made every column-block call 6-46 % slower (an ordinary call), and
+        still 0-6 % with ``inline="always"`` (RESULTS §7m)."""
         m = np.zeros(inner, np.int32)
         for li in range(l0, l1):
             xs = x[(o * length + li) * inner:(o * length + li + 1) * inner]
