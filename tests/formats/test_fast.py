@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from snip.formats import PRESETS, Rounding, Scaling, encode, fast, get_spec, quantize
+from snip.formats import PRESETS, Scaling, encode, fast, get_spec, quantize
 from snip.formats.cast import draw_key
 
 pytestmark = pytest.mark.skipif("not fast.enabled()",
@@ -462,53 +462,3 @@ def test_column_blocks_sr_rows_in_pairs_equal_torch_path(start, monkeypatch):
     a, b = both_paths(lambda: quantize(x3, "mxfp4", axis=1, rounding="stochastic",
                                        generator=5), monkeypatch)
     torch.testing.assert_close(a, b, rtol=0, atol=0)
-
-
-PAIRED = ["mxfp4", "mxfp8_e4m3", "fp8_e4m3_tile128", "fp4_e2m1_tile128", "mxint8", "int4_g32"]
-
-
-MIXED = [("mxfp4", "fp8_e4m3_tile128"), ("fp4_e2m1_tile128", "mxfp8_e4m3")]
-
-
-@pytest.mark.parametrize("row, col", [(p, p) for p in PAIRED] + MIXED)
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_quantize_pair_equals_two_reference_calls(row, col, dtype, monkeypatch):
-    """One read, two quantizations (a layer's ``dY``): each equals ``quantize`` along its axis,
-    bit for bit on the fused path (NaN payloads included) and value for value on the PyTorch
-    reference path, for every pair of roundings; rows of 256 (whole blocks of 32 and 128), 96,
-    50 and 200 rows (partial column blocks of 32 and of 128), the edge values of
-    :func:`inputs` (NaN, inf, zeros, subnormals, ties)."""
-    x = inputs()[0]
-    rs, cs = get_spec(row), get_spec(col)
-    bits = torch.int16 if dtype == torch.bfloat16 else torch.int32
-    for m in (x, x[:50], x[:20].repeat(10, 1)):
-        for rr in Rounding:
-            for cr in Rounding:
-                got = fast.quantize_pair(m, rs, cs, rr, cr, 7, 8, dtype)
-                assert got is not None
-
-                def calls(m=m, rr=rr, cr=cr):
-                    return (quantize(m, rs, axis=-1, rounding=rr, generator=7, dtype=dtype),
-                            quantize(m, cs, axis=0, rounding=cr, generator=8, dtype=dtype))
-                fused, ref = both_paths(calls, monkeypatch)
-                for a, f, r in zip(got, fused, ref, strict=True):
-                    assert a.dtype == dtype and a.is_contiguous()
-                    assert torch.equal(a.view(bits), f.view(bits))
-                    torch.testing.assert_close(a, r, rtol=0, atol=0, equal_nan=True)
-
-
-def test_quantize_pair_declines_what_it_does_not_serve(monkeypatch):
-    """``None`` (the caller quantizes twice) for one tensor scale, NVFP4's two-level scale, a
-    row of partial blocks, bf16 or 3-D input, and with the fast path off."""
-    x = torch.randn(64, 256)
-    mx, rne = get_spec("mxfp4"), Rounding.RNE
-    for spec in ("fp8_e4m3", "nvfp4", "bf16"):
-        assert fast.quantize_pair(x, get_spec(spec), mx, rne, rne, 0, 0) is None
-        assert not fast.pairable(get_spec(spec), mx, rne, rne)
-    assert fast.pairable(mx, get_spec("fp8_e4m3_tile128"), rne, Rounding.STOCHASTIC)
-    assert fast.quantize_pair(torch.randn(64, 48), mx, mx, rne, rne, 0, 0) is None
-    assert fast.quantize_pair(x.bfloat16(), mx, mx, rne, rne, 0, 0) is None
-    assert fast.quantize_pair(x.view(4, 16, 256), mx, mx, rne, rne, 0, 0) is None
-    assert fast.quantize_pair(x, mx, mx, rne, rne, 0, 0) is not None
-    monkeypatch.setattr(fast, "enabled", lambda: False)
-    assert fast.quantize_pair(x, mx, mx, rne, rne, 0, 0) is None

@@ -10,7 +10,7 @@ from snip.formats import fast, warm
 pytestmark = pytest.mark.skipif("not fast.enabled()",
                                 reason="fast path off (numba not installed or SNIP_FAST=0)")
 
-FUSED = ("_fused_rows", "_fused_cols", "_fused_short_rows", "_fused_tiles", "_fused_pair")
+FUSED = ("_fused_rows", "_fused_cols", "_fused_short_rows", "_fused_tiles")
 
 
 def test_warm_reaches_every_parallel_kernel_with_each_dtype(monkeypatch) -> None:
@@ -36,5 +36,4 @@ def test_warm_reaches_every_parallel_kernel_with_each_dtype(monkeypatch) -> None
         for io in (("float32", "float32"), ("float32", "uint16"), ("uint16", "uint16")):
             assert (name, *io) in seen, (name, io)
     assert {("_fused_rows", "kt", n) for n in ("0", "16", "32")} <= seen
-    assert {("_fused_pair", "float32", o) for o in ("float32", "uint16")} <= seen  # dY's pair
     assert ("_bf16_rows", "uint32", "uint16") in seen and ("_bf16_rows", "uint32", "uint32") in seen

@@ -20,10 +20,6 @@ per-channel and 1-D block scaling along any axis, on fp32 or bf16 input:
 * blocks along a middle axis (axis 0 of a matrix: the weight-gradient operands) are handled
   without a transpose: a task takes ``k`` rows and keeps one scale per column; 2-D weight tiles
   (NVFP4 16x16, 128x128) likewise, one row of tiles per task (round-to-nearest-even only);
-* a matrix that two GEMMs need along different axes (a layer's ``dY``: along its rows for
-  dgrad, along tokens for wgrad) is quantized both ways from one read (:func:`quantize_pair`):
-  each task takes the rows of one column block, runs the column kernel's task on them and then
-  the row kernel's over the same rows, now in cache -- one call instead of two;
 * the element's binade and grid step are computed in i32 LLVM IR (:func:`_pow2_up`): numba
   widens small-integer arithmetic to i64, which cost more vector instructions than the rounding;
 * stochastic rounding draws a 16-bit ``u`` from a keyed counter hash of the element's index in
@@ -1201,85 +1197,6 @@ if AVAILABLE:
                               c_off + o * inner * padded + li, padded, is_int, mbits, emin, emax,
                               maxne, step, inv_step, sr, k0, k1)
 
-    @njit(error_model="numpy", inline="always")
-    def _cols_tile(x, out, o, l0, l1, length, inner, padded, c_off, sfmt, pow2, emax_elem, maxn,
-                   mul, t_dec, is_int, mbits, emin, emax, maxne, step, inv_step, sr, k0, k1):
-        """One task of :func:`_fused_cols` (rows ``l0:l1`` of slab ``o``: the ``inner`` column
-        maxima and scales, then the rows swept again while in cache), for :func:`_fused_pair`.
-
-        The same statements as ``_fused_cols``' loop body, which keeps its own copy: calling
-        this from there made every column-block call 6-46 % slower (an ordinary call), and
-        still 0-6 % with ``inline="always"`` (RESULTS §7m)."""
-        m = np.zeros(inner, np.int32)
-        for li in range(l0, l1):
-            xs = x[(o * length + li) * inner:(o * length + li + 1) * inner]
-            for i in range(inner):
-                bi = _absbits(xs, i)
-                m[i] = bi if bi > m[i] else m[i]
-        enc = np.empty(inner, np.float32)
-        dec = np.empty(inner, np.float32)
-        _scales(m, enc, dec, sfmt, pow2, emax_elem, maxn, mul, t_dec)
-        first = l0  # the rows not rounded as pairs below
-        base = c_off + o * inner * padded + l0  # SR counter of (o, column 0, row l0)
-        if sr and not is_int and base & 1 == 0 and padded & 1 == 0:
-            # rows l0 + 2t and l0 + 2t + 1 of column i have counters 2p and 2p + 1 of one
-            # pair p = base / 2 + i * padded / 2 + t: one 32-bit hash gives both coins, if
-            # every pair of the block shares the high word of the first
-            p0 = base >> 1
-            half = padded >> 1
-            npr = (l1 - l0) >> 1
-            if npr > 0 and (p0 & 0xFFFFFFFF) + (inner - 1) * half + npr - 1 < (1 << 32):
-                lo0 = p0 & 0xFFFFFFFF
-                c = k1 + (p0 >> 32) * SR_GOLDEN
-                hb = np.empty(inner, np.uint32)
-                for t in range(npr):
-                    lo = (o * length + l0 + 2 * t) * inner
-                    _sr_row_pair(x[lo:lo + inner], x[lo + inner:lo + 2 * inner],
-                                 out[lo:lo + inner], out[lo + inner:lo + 2 * inner], enc,
-                                 dec, t, half, lo0, k0, c, mbits, emin, emax, maxne, hb)
-                first = l0 + 2 * npr
-        if not is_int and not sr:  # RNE onto a float grid: the row loop inline (a call
-            # per row cost as much as the rounding at 64 columns)
-            for li in range(l0, l1):
-                lo = (o * length + li) * inner
-                xr = x[lo:lo + inner]
-                orow = out[lo:lo + inner]
-                for i in range(inner):
-                    _st(orow, i, _rne_elem(_ld(xr, i), enc[i], dec[i], mbits, emin, emax,
-                                           maxne))
-            return
-        for li in range(first, l1):
-            lo = (o * length + li) * inner
-            _any_span_vec(x[lo:lo + inner], out[lo:lo + inner], enc, dec,
-                          c_off + o * inner * padded + li, padded, is_int, mbits, emin, emax,
-                          maxne, step, inv_step, sr, k0, k1)
-
-    @njit(parallel=True, cache=True, error_model="numpy")
-    def _fused_pair(x, out_r, out_c, n_rows, n_cols, kr_rt, krt, kc, padded_c, rp, cp, rk0, rk1,
-                    ck0, ck1):
-        """``x`` (a flat ``n_rows x n_cols`` matrix) fake-quantized twice in one read: into
-        ``out_r`` with blocks of ``kr`` along its rows (axis 1; whole blocks, ``n_cols % kr ==
-        0``) and into ``out_c`` with blocks of ``kc`` along its columns (axis 0).  Each task
-        takes the ``kc`` rows of one column block: :func:`_cols_tile` for ``out_c``, then
-        :func:`_run` over the same rows (in cache now) for ``out_r``.  Same SR counters, scales
-        and bits as :func:`_fused_rows` and :func:`_fused_cols` on the same operand: the row
-        counter is the flat index, the column one ``i * padded_c + l``.  ``rp``/``cp``: each
-        quantization's (sfmt, pow2, emax_elem, maxn, is_int, mbits, emin, emax, maxne, step,
-        inv_step, sr); ``krt`` as :func:`_fused_rows`' ``kt``."""
-        kr = len(krt) if len(krt) > 0 else kr_rt
-        z = np.float32(0)
-        nb = (n_rows + kc - 1) // kc
-        for b in prange(nb):
-            l0 = b * kc
-            l1 = min(n_rows, l0 + kc)
-            _cols_tile(x, out_c, 0, l0, l1, n_rows, n_cols, padded_c, 0, cp[0], cp[1], cp[2],
-                       cp[3], z, z, cp[4], cp[5], cp[6], cp[7], cp[8], cp[9], cp[10], cp[11], ck0,
-                       ck1)
-            lo = l0 * n_cols
-            hi = l1 * n_cols
-            _run(x[lo:hi], out_r[lo:hi], kr, (hi - lo) // kr, lo, rp[0], rp[1], rp[2], rp[3], z,
-                 z, rp[4], rp[5], rp[6], rp[7], rp[8], rp[9], rp[10], rp[11], rk0, rk1)
-
     @njit(parallel=True, cache=True, error_model="numpy")
     def _block_max_bits(x, kt, bmax):
         """NVFP4's first pass over whole blocks of ``len(kt)`` (a compile-time block size) of the
@@ -1782,6 +1699,10 @@ def quantize_fused(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Roundi
         entry = _PLANS[key] = (_plan(spec, tuple(x.shape), axis % x.dim(), sr, counters),
                                _ThreadChoice())
     run, choice = entry
+    n = x.numel()
+    adapt = _ADAPT and _ADAPT_MIN <= n < _PARALLEL_MIN and torch.get_num_threads() > 1
+    parallel = choice.pick() if adapt else n >= _PARALLEL_MIN
+    _follow_torch_threads(n, parallel)
     out = empty_like(x, dtype)
     if not sr:
         k0 = k1 = 0
@@ -1789,84 +1710,13 @@ def quantize_fused(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Roundi
         k0, k1 = seed_key(generator)
     else:
         k0, k1 = draw_key(generator)
-    _launch(run, choice, x.numel(), _np(x), _np(out), k0, k1)
-    return out
-
-
-def _launch(run: Callable[..., None], choice: _ThreadChoice, n: int, *args) -> None:
-    """``run(*args)`` on one thread or torch's count: by size, or for middle sizes (on more
-    than one thread) as ``choice`` has measured, timing this call if it is one of the probes."""
-    adapt = _ADAPT and _ADAPT_MIN <= n < _PARALLEL_MIN and torch.get_num_threads() > 1
-    parallel = choice.pick() if adapt else n >= _PARALLEL_MIN
-    _follow_torch_threads(n, parallel)
     if not adapt:
-        run(*args)
-        return
+        run(_np(x), _np(out), k0, k1)
+        return out
     t = time.perf_counter()
-    run(*args)
+    run(_np(x), _np(out), k0, k1)
     choice.record(parallel, time.perf_counter() - t)
-
-
-def quantize_pair(x: torch.Tensor, row: QuantSpec, col: QuantSpec, row_rounding: Rounding,
-                  col_rounding: Rounding, row_seed: int, col_seed: int,
-                  dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """``(quantize(x, row, axis=-1), quantize(x, col, axis=0))`` of an fp32 matrix from one
-    read of it (:func:`_fused_pair`), each as :func:`quantize_fused` would return it (int seeds
-    as there; ``dtype``: fp32 or bf16 outputs), or ``None`` where this kernel does not apply:
-    1-D blocks with a one-level scale (fp32 or e8m0: not NVFP4's) for both, whole row blocks.
-
-    A layer's backward quantizes ``dY`` this way for its two GEMMs (dgrad along
-    out_features, wgrad along tokens): one call, and the second pass reads ``dY`` from cache."""
-    if x.dtype != torch.float32 or x.dim() != 2 or not x.is_cpu or not enabled():
-        return None
-    r_sr = row_rounding is Rounding.STOCHASTIC
-    c_sr = col_rounding is Rounding.STOCHASTIC
-    key = (row, col, x.shape, r_sr, c_sr)
-    entry = _PAIR_PLANS.get(key, _UNPLANNED)
-    if entry is _UNPLANNED:
-        if len(_PAIR_PLANS) >= _PLANS_MAX:
-            _PAIR_PLANS.clear()
-        args = _pair_args(row, col, tuple(x.shape), r_sr, c_sr)
-        entry = _PAIR_PLANS[key] = None if args is None else (args, _ThreadChoice())
-    if entry is None:
-        return None
-    args, choice = entry
-    x = x.contiguous()
-    out_r, out_c = empty_like(x, dtype), empty_like(x, dtype)
-    rk = seed_key(row_seed) if r_sr else (0, 0)
-    ck = seed_key(col_seed) if c_sr else (0, 0)
-    _launch(_fused_pair, choice, x.numel(), _np(x), _np(out_r), _np(out_c), *args, *rk, *ck)
-    return out_r, out_c
-
-
-def pairable(row: QuantSpec, col: QuantSpec, row_rounding: Rounding,
-             col_rounding: Rounding) -> bool:
-    """The specs' part of :func:`quantize_pair`'s condition (the rest is the input's shape and
-    dtype): both 1-D blocks with an fp32 or e8m0 scale, which the fused kernels handle."""
-    return all(s.scaling is Scaling.BLOCK and s.scale_format is not ScaleFormat.E4M3
-               and _spec_kernel(s, r) == _ANY
-               for s, r in ((row, row_rounding), (col, col_rounding)))
-
-
-_UNPLANNED = object()
-_PAIR_PLANS: dict[tuple, tuple[tuple, _ThreadChoice] | None] = {}
-
-
-def _pair_args(row: QuantSpec, col: QuantSpec, shape: tuple[int, int], r_sr: bool,
-               c_sr: bool) -> tuple | None:
-    """:func:`_fused_pair`'s arguments after the arrays and before the SR keys, for one pair
-    of specs, shape and roundings; ``None`` if the pair kernel does not serve it."""
-    if not pairable(row, col, *(Rounding.STOCHASTIC if sr else Rounding.RNE
-                                for sr in (r_sr, c_sr))):
-        return None
-    n_rows, n_cols = shape
-    kr, kc = row.block, col.block
-    if n_rows == 0 or n_cols == 0 or n_cols % kr:
-        return None
-    params = [(*_scale_params(s), *_elem_params(s.element), sr)
-              for s, sr in ((row, r_sr), (col, c_sr))]
-    krt = (0,) * kr if kr in (16, 32) else ()
-    return (n_rows, n_cols, kr, krt, kc, -(-n_rows // kc) * kc, *params)
+    return out
 
 
 _Run = Callable[[np.ndarray, np.ndarray, int, int], None]  # (x, out, SR key words) -> None

@@ -10,10 +10,9 @@ does not prevent it.  ``make setup`` runs::
     python -m snip.formats.warm
 
 which calls every quantizer path on small tensors -- every preset, both axes, both roundings,
-fp32 and bf16 inputs and outputs, whole and partial blocks, weight tiles and packed encoding,
-and the two-axis call a layer's backward makes for ``dY`` -- so that every later process loads
-the compiled kernels instead of compiling them.  Without it everything still works (and is
-bit-identical); only the first process pays the compile time.
+fp32 and bf16 inputs and outputs, whole and partial blocks, weight tiles and packed encoding --
+so that every later process loads the compiled kernels instead of compiling them.  Without it
+everything still works (and is bit-identical); only the first process pays the compile time.
 """
 
 from __future__ import annotations
@@ -56,8 +55,7 @@ def calls() -> Iterator[tuple[QuantSpec, tuple[int, int], int, Rounding, torch.d
 
 def warm() -> int:
     """Run every call of :func:`calls` (and :func:`~snip.formats.encode` of the scaled specs in
-    fp32), then :func:`~snip.formats.fast.quantize_pair` of every preset it serves (a layer's
-    ``dY``); return how many calls it made."""
+    fp32); return how many calls it made."""
     g = torch.Generator().manual_seed(0)
     n = 0
     for spec, shape, axis, rounding, dt_in, dt_out in calls():
@@ -67,12 +65,6 @@ def warm() -> int:
         if dt_in == dt_out == torch.float32 and spec.scaling is not Scaling.NONE:
             encode(x, spec, axis=axis, rounding=rounding, generator=0)
             n += 1
-    x = torch.randn(SHAPES[0], generator=g)
-    for spec in PRESETS.values():
-        for rounding in Rounding:
-            for dt_out in (torch.float32, torch.bfloat16):  # fp32 and bf16 GEMM operands
-                n += fast.quantize_pair(x, spec, spec, rounding, rounding, 0, 0, dt_out) \
-                    is not None
     return n
 
 

@@ -20,14 +20,12 @@ dgrad      dY (T, N) along N (axis -1)       W (N, K) along N  (axis 0)
 wgrad      dY (T, N) along T (axis 0)        X (T, K) along T  (axis 0)
 =========  ================================  ===================================
 
-Where dgrad's and wgrad's specs are both 1-D blocks (MX, 1x128 tiles), backward makes the two
-``Q(dY)`` in one call that reads ``dY`` once (:func:`snip.formats.fast.quantize_pair`; same bits
-as two calls).  Layers that read one input one after the other (q, k and v; gate and up)
-quantize it once per pass when it rounds to nearest: the next layer takes the previous one's
-``Q(X)`` (:class:`_LastInput`).  Leading dimensions of ``X`` are flattened into the token axis
-``T``.  Weights use ``spec.for_weight()``: with ``weight_2d`` specs (NVFP4, the 128x128 FP8/FP4
-tiles) that is a 2-D tile, whose scale does not depend on the axis, so ``Q(W)`` of fprop *is*
-``Q(W)`` of dgrad when both GEMMs share the spec -- it is quantized once and reused
+Layers that read one input one after the other (q, k and v; gate and up) quantize it once per
+pass when it rounds to nearest: the next layer takes the previous one's ``Q(X)``
+(:class:`_LastInput`).  Leading dimensions of ``X`` are flattened into the token axis ``T``.
+Weights use ``spec.for_weight()``: with ``weight_2d`` specs (NVFP4, the 128x128 FP8/FP4 tiles)
+that is a 2-D tile, whose scale does not depend on the axis, so ``Q(W)`` of fprop *is* ``Q(W)``
+of dgrad when both GEMMs share the spec -- it is quantized once and reused
 (:func:`weight_reusable`).
 
 Gradient operands (``dY``) round with ``spec.grad_rounding`` (stochastic for the FP4 presets: an
@@ -359,7 +357,6 @@ class _Route:
     reuse_w: bool  # fprop's Q(W) can be dgrad's operand (_dgrad_takes_fprop_weight)
     reuse_x: bool  # fprop's Q(X) is wgrad's operand (input_reusable)
     reuse_dy: bool  # one Q(dY) for dgrad and wgrad (grad_reusable)
-    pair_dy: bool  # else both Q(dY) from one read of dY where the shape allows (_grad_outputs)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -367,9 +364,7 @@ def _route(specs: GemmSpecs) -> _Route:
     return _Route(fprop_w=specs.fprop.for_weight(), dgrad_w=specs.dgrad.for_weight(),
                   reuse_w=_dgrad_takes_fprop_weight(specs),
                   reuse_x=input_reusable(specs.fprop, specs.wgrad),
-                  reuse_dy=grad_reusable(specs.dgrad, specs.wgrad),
-                  pair_dy=fast.pairable(specs.dgrad, specs.wgrad, specs.dgrad.grad_rounding,
-                                        specs.wgrad.grad_rounding))
+                  reuse_dy=grad_reusable(specs.dgrad, specs.wgrad))
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor, accum: Accum,
@@ -574,14 +569,14 @@ def linear_backward(dy: torch.Tensor, saved: _Saved, x_shape: torch.Size, x_dtyp
         # native GEMMs quantize a bf16 dY as is (same bits: the scale multiply promotes)
         dy2 = dy2 if saved.native else _as_dtype(dy2, torch.float32)
         dx = dw = db = None
-        dyq_d = dyq_w = None  # Q(dY) for dgrad and for wgrad, when made for both at once
-        if need_x and need_w and not saved.native:
-            dyq_d, dyq_w = _grad_outputs(dy2, saved)
+        dyq = None  # Q(dY) shared by dgrad and wgrad (grad_reusable)
+        if need_x and need_w and not saved.native and saved.route.reuse_dy:
+            dyq = _grad_output(dy2, saved, Gemm.DGRAD, -1)
         if need_x:
-            dx = _dgrad(dy2, saved, dyq_d)
+            dx = _dgrad(dy2, saved, dyq)
             dx = _as_dtype(dx if len(x_shape) == 2 else dx.reshape(x_shape), x_dtype)
         if need_w:
-            dw = _as_dtype(_wgrad(dy2, saved, dyq_w), w_dtype)
+            dw = _as_dtype(_wgrad(dy2, saved, dyq), w_dtype)
         if need_b and b_dtype is not None:
             db = _as_dtype(_as_dtype(dy2, torch.float32).sum(0), b_dtype)
     return dx, dw, db
@@ -611,27 +606,6 @@ def _grad_output(dy2: torch.Tensor, saved: _Saved, gemm: Gemm, axis: int) -> tor
     spec = cfg.specs.dgrad if gemm is Gemm.DGRAD else cfg.specs.wgrad
     seed = _seed(cfg, gemm, Operand.GRAD_OUTPUT, spec.grad_rounding)
     return quantize_operand(dy2, spec, axis, spec.grad_rounding, seed, cfg.tokens, bf16=saved.bf16)
-
-
-def _grad_outputs(dy2: torch.Tensor, saved: _Saved) -> tuple[torch.Tensor | None,
-                                                              torch.Tensor | None]:
-    """``Q_dgrad(dY)`` and ``Q_wgrad(dY)`` made together when both GEMMs run emulated: one
-    tensor for both (:func:`grad_reusable`), or both from one read of ``dY``
-    (:func:`snip.formats.fast.quantize_pair`, 1-D blocks); else ``(None, None)``, and each
-    GEMM quantizes ``dY`` itself."""
-    cfg, route = saved.cfg, saved.route
-    if route.reuse_dy:
-        dyq = _grad_output(dy2, saved, Gemm.DGRAD, -1)
-        return dyq, dyq
-    if not route.pair_dy or cfg.tokens is not None:
-        return None, None
-    d, w = cfg.specs.dgrad, cfg.specs.wgrad
-    pair = fast.quantize_pair(
-        dy2, d, w, d.grad_rounding, w.grad_rounding,
-        _seed(cfg, Gemm.DGRAD, Operand.GRAD_OUTPUT, d.grad_rounding),
-        _seed(cfg, Gemm.WGRAD, Operand.GRAD_OUTPUT, w.grad_rounding),
-        torch.bfloat16 if saved.bf16 else torch.float32)
-    return (None, None) if pair is None else pair
 
 
 def _dgrad(dy2: torch.Tensor, saved: _Saved, dyq: torch.Tensor | None = None) -> torch.Tensor:
