@@ -8,6 +8,9 @@ the median of 9 timings of 20 calls.  Descriptive: the rounds share one process,
 interval is not over independent units.
 
     PYTHONPATH=src python benchmarks/results/issue21/xeon/session4/pair_calls.py
+
+``quantize_pair`` was removed after this measurement (RESULTS §7l): run it at commit
+``a83f4337`` (``git worktree add /tmp/pair a83f4337``), where the JSON beside it was made.
 """
 
 import json
@@ -37,6 +40,9 @@ def timed(fn) -> float:
 
 
 def main() -> None:
+    if not hasattr(fast, "quantize_pair"):
+        raise SystemExit("pair_calls.py: snip.formats.fast.quantize_pair is gone from this "
+                         "code; run this script at commit a83f4337 (RESULTS §7l)")
     torch.set_num_threads(1)
     flags = next((ln.split(":", 1)[1].split() for ln in open("/proc/cpuinfo")
                   if ln.startswith("flags")), [])
