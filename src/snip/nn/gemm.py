@@ -225,30 +225,13 @@ class _LastInput(threading.local):
     with RNE (no seed) the results are equal, so the second and third layers take the first
     one's.  An entry matches the same data: same storage address, shape, strides and dtype,
     and the same version counter (which every in-place write bumps, as autograd's saved-tensor
-    checks rely on); it holds its source, so the address cannot be reused while it lives.
-    One entry per thread and GEMM: it holds one operand beyond its use until the next call,
-    and the other pass's first call drops it (:func:`linear_forward`, :func:`linear_backward`).
+    checks rely on), quantized with the same spec, axis and output dtype; it holds its source,
+    so the address cannot be reused while it lives.  One entry per thread and GEMM: it holds
+    one operand beyond its use until the next call, and the other pass's first call drops it
+    (:func:`linear_forward`, :func:`linear_backward`).
     """
 
-    entry: tuple | None = None
-
-    def get(self, x: torch.Tensor, spec: QuantSpec, axis: int, bf16: bool) -> torch.Tensor | None:
-        e = self.entry
-        if e is None:
-            return None
-        _src, key, e_spec, e_axis, e_bf16, out = e
-        if (e_axis != axis or e_bf16 != bf16 or (e_spec is not spec and e_spec != spec)
-                or key != _data_key(x)):
-            return None
-        return out
-
-    def put(self, x: torch.Tensor, spec: QuantSpec, axis: int, bf16: bool,
-            out: torch.Tensor) -> None:
-        self.entry = (x, _data_key(x), spec, axis, bf16, out)
-
-
-def _data_key(x: torch.Tensor) -> tuple:
-    return (x.data_ptr(), x.shape, x.stride(), x.dtype, x._version)
+    entry: tuple | None = None  # (source, key, quantized source)
 
 
 _FPROP_X, _WGRAD_X = _LastInput(), _LastInput()
@@ -263,10 +246,12 @@ def _quantize_input(memo: _LastInput, x: torch.Tensor, spec: QuantSpec, axis: in
     if (rounding is Rounding.STOCHASTIC or tokens is not None or spec.is_identity
             or x.is_inference()):
         return quantize_operand(x, spec, axis, rounding, seed, tokens, bf16=bf16)
-    out = memo.get(x, spec, axis, bf16)
-    if out is None:
-        out = quantize_operand(x, spec, axis, rounding, seed, tokens, bf16=bf16)
-        memo.put(x, spec, axis, bf16, out)
+    key = (x.data_ptr(), x.shape, x.stride(), x.dtype, x._version, spec, axis, bf16)
+    e = memo.entry
+    if e is not None and e[1] == key:
+        return e[2]
+    out = quantize_operand(x, spec, axis, rounding, seed, tokens, bf16=bf16)
+    memo.entry = (x, key, out)
     return out
 
 
