@@ -219,31 +219,53 @@ def test_quantize_into_a_wider_dtype_rounds_in_the_input_dtype_first(preset) -> 
 
 
 def test_thread_choice_tries_both_keeps_the_faster_and_tries_again() -> None:
-    """Middle-size calls alternate one thread and all threads for a few timed calls, keep all
-    threads only if every such call took under MARGIN x every one-thread call, and re-try every
-    EVERY calls."""
+    """Middle-size calls warm both ways up (untimed), then alternate one thread and all threads
+    for a few timed calls, keep all threads only if every such call took under MARGIN x the
+    median one-thread call, and re-try every EVERY calls."""
     c = fast._ThreadChoice()
-    p, every = c.PROBES, c.EVERY
+    p, every, warm = c.PROBES, c.EVERY, c.WARM
 
-    def play(one: float, both: float, calls: int) -> list[bool]:
+    def play(times, calls: int) -> list[bool]:
+        """``times(parallel, i)``: the i-th call's seconds."""
         picks = []
-        for _ in range(calls):
+        for i in range(calls):
             par = c.pick()
             picks.append(par)
-            c.record(par, both if par else one)
+            c.record(par, times(par, i))
         return picks
 
-    first = play(one=2.0, both=1.0, calls=every)
-    assert first[:2 * p] == [False, True] * p and all(first[2 * p:])  # all threads won
-    again = play(one=1.0, both=0.9, calls=every)  # faster, but not by the margin
+    # the warm-up pair is slow both ways and does not count; then all threads win
+    first = play(lambda par, i: 50.0 if i < warm else (1.0 if par else 2.0), warm + every)
+    assert first[:warm + 2 * p] == [False, True] * (1 + p) and all(first[warm + 2 * p:])
+    again = play(lambda par, i: 0.9 if par else 1.0, every)  # faster, but not by the margin
     assert again[:2 * p] == [False, True] * p and not any(again[2 * p:])
+    # one lucky one-thread call (0.5) does not decide it: the median one-thread call does
+    lucky = play(lambda par, i: 0.7 if par else (0.5 if i == 2 else 1.0), every)
+    assert lucky[:2 * p] == [False, True] * p and all(lucky[2 * p:])
     # quiet again, but one parallel call of the probes waited for a thread
-    picks, times = [], iter([1.0, 0.5] * (p - 1) + [1.0, 9.0] + [1.0] * every)
-    for _ in range(every):
-        par = c.pick()
-        picks.append(par)
-        c.record(par, next(times))
-    assert picks[:2 * p] == [False, True] * p and not any(picks[2 * p:])
+    wait = play(lambda par, i: (9.0 if i == 2 * p - 1 else 0.5) if par else 1.0, every)
+    assert wait[:2 * p] == [False, True] * p and not any(wait[2 * p:])
+
+
+def test_round_bf16_chooses_its_threads_per_size(monkeypatch) -> None:
+    """The bf16 rounding of a middle-size tensor tries one thread and all threads too (it ran on
+    one thread below 2^20 elements, the slowest call of a 2-thread bf16 step); small calls stay
+    on one thread."""
+    seen: list[bool | None] = []
+    real = fast._follow_torch_threads
+    monkeypatch.setattr(fast, "_follow_torch_threads",
+                        lambda n=None, parallel=None: (seen.append(parallel), real(n, parallel)))
+    monkeypatch.setattr(fast, "_BF16_CHOICES", {})
+    x = torch.randn(256, 128, generator=torch.Generator().manual_seed(9))  # 2^15 elements
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        outs = [fast.round_bf16(x) for _ in range(fast._ThreadChoice.WARM + 2)]
+        fast.round_bf16(x[:8])
+    finally:
+        torch.set_num_threads(threads)
+    assert seen == [False, True, False, True, False]
+    assert all(torch.equal(o, x.bfloat16().float()) for o in outs)
 
 
 def test_thread_count_does_not_change_bits(monkeypatch) -> None:

@@ -54,6 +54,7 @@ import enum
 import functools
 import math
 import os
+import statistics
 import threading
 import time
 import weakref
@@ -139,35 +140,38 @@ _set_here = threading.local()  # .n: the numba thread count this thread last set
 class _ThreadChoice:
     """One kind of quantizer call (a plan) of middle size: one thread or all of torch's?
 
-    The first ``2 * PROBES`` calls alternate the two, timed (wall clock, the kernel call alone);
-    then all threads run only if every one of their calls took under 0.8x every one-thread call
-    (on a loaded machine a parallel region now and then waits a scheduler tick for a thread, and
-    a one-thread call is the safe side); every ``EVERY`` calls both are tried again, so a
-    machine that gets busy (or quiet) is followed.  The result does not depend on the thread
-    count (the kernels' contract), so this only moves time."""
+    The first two calls warm both ways up, untimed (a kind's first call pays for cold buffers
+    and caches: up to 1000x its later cost).  The next ``2 * PROBES`` calls alternate the two,
+    timed (wall clock, the kernel call alone); then all threads run only if every one of their
+    calls took under ``MARGIN`` x the median one-thread call (on a loaded machine a parallel
+    region now and then waits a scheduler tick for a thread, and a one-thread call is the safe
+    side; the median, because one lucky one-thread call must not decide it); every ``EVERY``
+    calls both are tried again, so a machine that gets busy (or quiet) is followed.  The result
+    does not depend on the thread count (the kernels' contract), so this only moves time."""
 
     PROBES = 4  # timed calls of each kind
+    WARM = 2  # untimed calls before the first probes (one each way)
     EVERY = 256  # calls between two rounds of probes
-    MARGIN = 0.8  # all threads must be this much faster, on every probe
+    MARGIN = 0.8  # every all-threads probe must take under MARGIN x the median one-thread probe
 
     __slots__ = ("times", "calls", "parallel")
 
     def __init__(self) -> None:
         self.times: tuple[list[float], list[float]] = ([], [])  # one thread, all threads
-        self.calls = 0
+        self.calls = -self.WARM
         self.parallel = False
 
     def pick(self) -> bool:
         """Whether this call runs on all threads."""
         k = self.calls % self.EVERY
-        if k < 2 * self.PROBES:
+        if k < 2 * self.PROBES or self.calls < 0:
             return k % 2 == 1
         return self.parallel
 
     def record(self, parallel: bool, seconds: float) -> None:
         k = self.calls % self.EVERY
         self.calls += 1
-        if k >= 2 * self.PROBES:
+        if k >= 2 * self.PROBES:  # (and the warm-up calls: their k is EVERY - WARM and up)
             return
         if k == 0:
             self.times = ([], [])
@@ -175,7 +179,17 @@ class _ThreadChoice:
         one, every = self.times
         # both lists are checked: two Python threads sharing this plan can interleave probes
         if k == 2 * self.PROBES - 1 and one and every:
-            self.parallel = max(every) < self.MARGIN * min(one)
+            self.parallel = max(every) < self.MARGIN * statistics.median(one)
+
+    def threads(self, n: int) -> bool | None:
+        """Set numba's thread count for a call of ``n`` elements (all of torch's threads from
+        ``_PARALLEL_MIN`` up; between ``_ADAPT_MIN`` and it, as this choice says).  Returns
+        whether it runs on all threads when the call is to be timed for :meth:`record`, else
+        ``None``."""
+        adapt = _ADAPT and _ADAPT_MIN <= n < _PARALLEL_MIN and torch.get_num_threads() > 1
+        parallel = self.pick() if adapt else n >= _PARALLEL_MIN
+        _follow_torch_threads(n, parallel)
+        return parallel if adapt else None
 
 
 def _follow_torch_threads(numel: int | None = None, parallel: bool | None = None) -> None:
@@ -1463,14 +1477,27 @@ if AVAILABLE:
 def round_bf16(x: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """``cast(x, "bf16")`` of an fp32 CPU tensor (saturating, round to nearest even) in one pass:
     the torch path's clamp, bf16 conversion, conversion back and clamp, bit for bit; returned
-    in ``dtype`` (fp32, or bf16: the same numbers in half the bytes)."""
-    _follow_torch_threads(x.numel())
+    in ``dtype`` (fp32, or bf16: the same numbers in half the bytes), on one thread or torch's
+    thread count (:class:`_ThreadChoice` per size for middle sizes, as :func:`quantize_fused`)."""
     x = x.contiguous()
+    n = x.numel()
+    choice = _BF16_CHOICES.get(n)
+    if choice is None:
+        if len(_BF16_CHOICES) >= _PLANS_MAX:
+            _BF16_CHOICES.clear()
+        choice = _BF16_CHOICES[n] = _ThreadChoice()
+    timed = choice.threads(n)
     out = empty_like(x, dtype)
     os_ = _np(out)
+    t = time.perf_counter()
     _bf16_rows(_np(x).view(np.uint32), os_ if dtype == torch.bfloat16 else os_.view(np.uint32),
                _CHUNK * 4)
+    if timed is not None:
+        choice.record(timed, time.perf_counter() - t)
     return out
+
+
+_BF16_CHOICES: dict[int, _ThreadChoice] = {}  # round_bf16's thread choice per element count
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1699,10 +1726,7 @@ def quantize_fused(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Roundi
         entry = _PLANS[key] = (_plan(spec, tuple(x.shape), axis % x.dim(), sr, counters),
                                _ThreadChoice())
     run, choice = entry
-    n = x.numel()
-    adapt = _ADAPT and _ADAPT_MIN <= n < _PARALLEL_MIN and torch.get_num_threads() > 1
-    parallel = choice.pick() if adapt else n >= _PARALLEL_MIN
-    _follow_torch_threads(n, parallel)
+    timed = choice.threads(x.numel())
     out = empty_like(x, dtype)
     if not sr:
         k0 = k1 = 0
@@ -1710,12 +1734,12 @@ def quantize_fused(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Roundi
         k0, k1 = seed_key(generator)
     else:
         k0, k1 = draw_key(generator)
-    if not adapt:
+    if timed is None:
         run(_np(x), _np(out), k0, k1)
         return out
     t = time.perf_counter()
     run(_np(x), _np(out), k0, k1)
-    choice.record(parallel, time.perf_counter() - t)
+    choice.record(timed, time.perf_counter() - t)
     return out
 
 
