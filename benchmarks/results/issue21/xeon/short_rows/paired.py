@@ -1,7 +1,8 @@
 """Paired after - before of cpu_vs_fp32 per model and arm over the run pairs in a folder
 (the pre-registered analysis of its PLAN.md): mean and 95 % t-interval, n = run pairs.
+``METRIC`` picks another ratio of the JSON (``vs_fp32``: wall time, for 2-thread runs).
 
-    python benchmarks/results/issue21/xeon/short_rows/paired.py [FOLDER]   # default: this one
+    python benchmarks/results/issue21/xeon/short_rows/paired.py [FOLDER [METRIC]]
 """
 
 import json
@@ -14,21 +15,23 @@ from snip.compare.stats import t_interval
 HERE = Path(__file__).parent
 
 
-def ratios(path: Path) -> dict[tuple[str, str], float]:
+def ratios(path: Path, metric: str = "cpu_vs_fp32") -> dict[tuple[str, str], float]:
     runs = json.loads(path.read_text())["runs"]
-    return {(m, a): v["cpu_vs_fp32"] for r in runs.values() for m, mv in r["models"].items()
-            for a, v in mv["arms"].items() if "cpu_vs_fp32" in v}
+    return {(m, a): v[metric] for r in runs.values() for m, mv in r["models"].items()
+            for a, v in mv["arms"].items() if metric in v}
 
 
 def main() -> None:
     here = Path(sys.argv[1]) if len(sys.argv) > 1 else HERE
+    metric = sys.argv[2] if len(sys.argv) > 2 else "cpu_vs_fp32"
     pairs = []
     i = 1
     while (here / f"before_{i}.json").exists() and (here / f"after_{i}.json").exists():
-        pairs.append((ratios(here / f"before_{i}.json"), ratios(here / f"after_{i}.json")))
+        pairs.append((ratios(here / f"before_{i}.json", metric),
+                      ratios(here / f"after_{i}.json", metric)))
         i += 1
     n = len(pairs)
-    print(f"n = {n} run pairs; after - before of cpu_vs_fp32, mean [95% t-interval]")
+    print(f"n = {n} run pairs; after - before of {metric}, mean [95% t-interval]")
     for key in pairs[0][0]:
         if key[1] == "fp32":
             continue
