@@ -141,13 +141,14 @@ class _ThreadChoice:
     """One kind of quantizer call (a plan) of middle size: one thread or all of torch's?
 
     The first two calls warm both ways up, untimed (a kind's first call pays for cold buffers
-    and caches: up to 1000x its later cost).  The next ``2 * PROBES`` calls alternate the two,
-    timed (wall clock, the kernel call alone); then all threads run only if every one of their
-    calls took under ``MARGIN`` x the median one-thread call (on a loaded machine a parallel
-    region now and then waits a scheduler tick for a thread, and a one-thread call is the safe
-    side; the median, because one lucky one-thread call must not decide it); every ``EVERY``
-    calls both are tried again, so a machine that gets busy (or quiet) is followed.  The result
-    does not depend on the thread count (the kernels' contract), so this only moves time."""
+    and caches: at times thousands of times its later cost).  The next ``2 * PROBES`` calls
+    alternate the two, timed (wall clock, the kernel call alone); then all threads run only if
+    every one of their calls took under ``MARGIN`` x the median one-thread call (on a loaded
+    machine a parallel region now and then waits a scheduler tick for a thread, and a
+    one-thread call is the safe side; the median, because one lucky one-thread call must not
+    decide it); every ``EVERY`` calls both are tried again, so a machine that gets busy (or
+    quiet) is followed.  The result does not depend on the thread count (the kernels'
+    contract), so this only moves time."""
 
     PROBES = 4  # timed calls of each kind
     WARM = 2  # untimed calls before the first probes (one each way)
