@@ -76,6 +76,22 @@ def test_fast_step_equals_reference_path(preset, monkeypatch):
         assert torch.equal(a, r)
 
 
+@pytest.mark.skipif("not fast.enabled()", reason="fast path off (numba not installed)")
+def test_nvfp4_amax_of_x_and_dy_kept_for_wgrad(monkeypatch):
+    """NVFP4's tensor amax of ``X`` (fprop's rows) and ``dY`` (dgrad's rows) is kept on them
+    for wgrad's column calls, which do not compute it again; a weight is never marked (the
+    bits are :func:`test_fast_step_equals_reference_path`'s)."""
+    calls = []
+    real = fast._clean_amax
+    monkeypatch.setattr(fast, "_clean_amax", lambda *a: calls.append(a) or real(*a))
+    x, w, b, dy = _data()
+    x, w, b = (t.clone().requires_grad_() for t in (x, w, b))
+    y = quantized_linear(x, w, b, GemmConfig(specs=GemmSpecs.uniform("nvfp4"), seed=5, step=2))
+    y.backward(dy)
+    assert calls == []
+    assert hasattr(x, fast._AMAX_ATTR) and not hasattr(w, fast._AMAX_ATTR)
+
+
 def _shared_input_block(presets, x, ws, dys, seeds=(1, 2, 3)):
     """Layers reading one input one after the other (q, k, v), then their backward in reverse:
     each layer's output, and its gradients of the input and of its weight."""

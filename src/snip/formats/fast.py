@@ -1215,26 +1215,31 @@ if AVAILABLE:
     @njit(parallel=True, cache=True, error_model="numpy")
     def _block_max_bits(x, kt, bmax):
         """NVFP4's first pass over whole blocks of ``len(kt)`` (a compile-time block size) of the
-        flat ``x``: every block's |x| bit maximum into ``bmax``, and the tensor amax of the
+        flat ``x``: every block's |x| bit maximum into ``bmax``; returns the tensor amax of the
         blocks that hold no NaN/inf (0 if none), which the second pass (:func:`_fused_rows`
-        with ``bmax``) needs before it can scale any block."""
+        with ``bmax``) needs before it can scale any block, and the largest |x| bits of all
+        (at or above ``_FINITE_BITS``: some NaN/inf)."""
         k = len(kt)
         nb = bmax.shape[0]
         group = max(1, _CHUNK // k)
         ng = (nb + group - 1) // group
         part = np.zeros(ng, np.int32)
+        raw = np.zeros(ng, np.int32)
         for g in prange(ng):
             b0 = g * group
             b1 = min(nb, b0 + group)
             for b in range(b0, b1):
                 bmax[b] = _max_bits(x[b * k:(b + 1) * k])
             best = np.int32(0)
+            top = np.int32(0)
             for b in range(b0, b1):
                 v = bmax[b]
+                top = v if v > top else top
                 v = v if v < _FINITE_BITS else np.int32(0)
                 best = v if v > best else best
             part[g] = best
-        return np.int32(part.max()).view(np.float32)
+            raw[g] = top
+        return np.int32(part.max()).view(np.float32), raw.max()
 
     @njit(parallel=True, cache=True, error_model="numpy")
     def _tile_max_bits(x, r, c, k, bmax):
@@ -1292,10 +1297,12 @@ if AVAILABLE:
 
     @njit(parallel=True, cache=True, error_model="numpy")
     def _clean_amax(x, n_rows, length, inner, k):
-        """Max |x| over the blocks that hold no NaN/inf (NVFP4's tensor amax), 0 if none."""
+        """Max |x| over the blocks that hold no NaN/inf (NVFP4's tensor amax), 0 if none, and
+        the largest |x| bits of all (at or above ``_FINITE_BITS``: some NaN/inf)."""
         nb = (length + k - 1) // k
         n_units = n_rows * nb
         part = np.zeros(n_units, np.int32)
+        raw = np.zeros(n_units, np.int32)
         for u in prange(n_units):
             o = u // nb
             b = u - o * nb
@@ -1303,6 +1310,7 @@ if AVAILABLE:
             if inner == 1:
                 mb = _max_bits(x[o * length + b * k:o * length + l1])
                 part[u] = mb if mb < _FINITE_BITS else 0
+                raw[u] = mb
                 continue
             m = np.zeros(inner, np.int32)
             for li in range(b * k, l1):
@@ -1311,11 +1319,14 @@ if AVAILABLE:
                     bi = _absbits(xs, i)
                     m[i] = bi if bi > m[i] else m[i]
             best = np.int32(0)
+            top = np.int32(0)
             for i in range(inner):
+                top = m[i] if m[i] > top else top
                 if m[i] < _FINITE_BITS and m[i] > best:
                     best = m[i]
             part[u] = best
-        return np.int32(part.max()).view(np.float32)
+            raw[u] = top
+        return np.int32(part.max()).view(np.float32), raw.max()
 
     @njit(parallel=True, cache=True, error_model="numpy")
     def _tensor_amax(x, chunk):
@@ -1702,10 +1713,16 @@ def _nvfp4_tensor_scale(x_amax: np.float32, maxn: np.float32) -> tuple[np.float3
 def quantize_fused(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Rounding,
                    generator: torch.Generator | int | None,
                    counters: Counters = DEFAULT_COUNTERS,
-                   dtype: torch.dtype | None = None) -> torch.Tensor:
+                   dtype: torch.dtype | None = None, reuse_amax: bool = False) -> torch.Tensor:
     """``quantize(x, spec, axis=axis).to(dtype)`` in one output allocation and (mostly) one
     pass (``dtype``: fp32 or bf16, default ``x``'s), on one thread or torch's thread count
     (:class:`_ThreadChoice` for middle sizes).
+
+    ``reuse_amax``: the caller vouches that ``x`` changes only through writes its version
+    counter sees (an activation or a gradient inside a training step, not a weight written
+    through ``.data``).  NVFP4's tensor amax, once computed for ``x`` with no NaN/inf in it, is
+    then kept on ``x`` for its version, and a later call on ``x`` along the other axis skips the
+    pass that would compute it again (the amax of all elements does not depend on the blocks).
 
     Same bits as the PyTorch path: the block scales follow :mod:`snip.formats.scaling`
     operation for operation, the SR coin is :func:`snip.formats.cast.counter_uniforms` of the
@@ -1715,6 +1732,7 @@ def quantize_fused(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Roundi
     global RNG).  Everything a call needs besides the data and the SR key is worked out once per
     (spec, shape, axis, rounding, counters) (:func:`_plan`).
     """
+    src = x
     x = x.contiguous()
     sr = rounding is Rounding.STOCHASTIC
     key = (spec, x.shape, axis, sr, None if counters is DEFAULT_COUNTERS else counters)
@@ -1725,8 +1743,8 @@ def quantize_fused(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Roundi
         if len(_PLANS) >= _PLANS_MAX:
             _PLANS.clear()
         entry = _PLANS[key] = (_plan(spec, tuple(x.shape), axis % x.dim(), sr, counters),
-                               _ThreadChoice())
-    run, choice = entry
+                               _ThreadChoice(), spec.scale_format is ScaleFormat.E4M3)
+    run, choice, nvfp4 = entry
     timed = choice.threads(x.numel())
     out = empty_like(x, dtype)
     if not sr:
@@ -1735,19 +1753,30 @@ def quantize_fused(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Roundi
         k0, k1 = seed_key(generator)
     else:
         k0, k1 = draw_key(generator)
-    if timed is None:
+    t = 0.0 if timed is None else time.perf_counter()
+    if not nvfp4:
         run(_np(x), _np(out), k0, k1)
-        return out
-    t = time.perf_counter()
-    run(_np(x), _np(out), k0, k1)
-    choice.record(timed, time.perf_counter() - t)
+    elif not reuse_amax or src.is_inference():  # (an inference tensor has no version counter)
+        run(_np(x), _np(out), k0, k1, None)
+    else:
+        kept = getattr(src, _AMAX_ATTR, None)
+        known = kept[1] if kept is not None and kept[0] == src._version else None
+        amax = run(_np(x), _np(out), k0, k1, known)
+        if known is None and amax is not None:
+            setattr(src, _AMAX_ATTR, (src._version, amax))
+    if timed is not None:
+        choice.record(timed, time.perf_counter() - t)
     return out
 
 
-_Run = Callable[[np.ndarray, np.ndarray, int, int], None]  # (x, out, SR key words) -> None
-_PLANS: dict[tuple, tuple[_Run, _ThreadChoice]] = {}
+# (x, out, SR key words) -> None; NVFP4's runs take one more argument, the tensor amax if known,
+# and return the one they computed where the tensor holds no NaN/inf (else None)
+_Run = Callable[..., np.float32 | None]
+_PLANS: dict[tuple, tuple[_Run, _ThreadChoice, bool]] = {}
 _PLANS_MAX = 4096  # distinct calls remembered (a training run makes a few dozen)
 _Z = np.float32(0)
+_AMAX_ATTR = "_snip_nvfp4_amax"  # (version, tensor amax) kept on a tensor (``reuse_amax``)
+_FINITE = 0x7F800000  # |x| bit patterns at or above this are inf or NaN
 
 
 def _plan(spec: QuantSpec, shape: tuple[int, ...], axis: int, sr: bool,
@@ -1804,9 +1833,11 @@ def _plan(spec: QuantSpec, shape: tuple[int, ...], axis: int, sr: bool,
                 _fused_rows(xs, os_, *args, k0, k1)
             return rows
 
-        def rows_nvfp4(xs: np.ndarray, os_: np.ndarray, k0: int, k1: int) -> None:
-            bmax, mul, t_dec = first(xs)
+        def rows_nvfp4(xs: np.ndarray, os_: np.ndarray, k0: int, k1: int,
+                       known: np.float32 | None) -> np.float32 | None:
+            bmax, mul, t_dec, amax = first(xs, known)
             _fused_rows(xs, os_, *head, bmax, *mid, mul, t_dec, _Z, _Z, *elem, k0, k1)
+            return amax
         return rows_nvfp4
     head = (outer, length, inner, k, stride, counters.offset, sfmt, pow2, emax_elem, maxn)
     if first is None:
@@ -1816,28 +1847,35 @@ def _plan(spec: QuantSpec, shape: tuple[int, ...], axis: int, sr: bool,
             _fused_cols(xs, os_, *args, k0, k1)
         return cols
 
-    def cols_nvfp4(xs: np.ndarray, os_: np.ndarray, k0: int, k1: int) -> None:
-        _, mul, t_dec = first(xs)
+    def cols_nvfp4(xs: np.ndarray, os_: np.ndarray, k0: int, k1: int,
+                   known: np.float32 | None) -> np.float32 | None:
+        _, mul, t_dec, amax = first(xs, known)
         _fused_cols(xs, os_, *head, mul, t_dec, *elem, k0, k1)
+        return amax
     return cols_nvfp4
 
 
 def _nvfp4_first_pass(fmt: ElementFormat, n: int, outer: int, length: int, inner: int, k: int,
-                      kt: tuple) -> Callable[[np.ndarray], tuple]:
+                      kt: tuple) -> Callable[[np.ndarray, np.float32 | None], tuple]:
     """NVFP4's pass before the rounding: the tensor amax (and, for whole blocks of a
     compile-time size ``len(kt)``, every block's maximum, which the rounding pass reuses),
-    turned into the (``mul``, ``t_dec``) of the block scales."""
+    turned into the (``mul``, ``t_dec``) of the block scales; and the amax for the caller to
+    keep (``None`` where some element is NaN/inf: the amax of the blocks without one depends on
+    the blocks).  With the amax ``known`` and no block maxima to find, there is no pass."""
     f32 = np.float32
     maxn = f32(fmt.max_normal)
 
-    def first(xs: np.ndarray) -> tuple[np.ndarray, np.float32, np.float32]:
+    def first(xs: np.ndarray, known: np.float32 | None) -> tuple:
         if kt:  # one pass for all block maxima and the tensor amax
             bmax = np.empty(n // k, np.int32)
-            x_amax = _block_max_bits(xs, kt, bmax)
+            x_amax, top = _block_max_bits(xs, kt, bmax)
+        elif known is not None:
+            return (_NO_BMAX, *_nvfp4_tensor_scale(known, maxn), known)
         else:
             bmax = _NO_BMAX
-            x_amax = _clean_amax(xs, outer, length, inner, k)
-        return (bmax, *_nvfp4_tensor_scale(f32(x_amax), maxn))
+            x_amax, top = _clean_amax(xs, outer, length, inner, k)
+        amax = f32(x_amax)
+        return (bmax, *_nvfp4_tensor_scale(amax, maxn), amax if top < _FINITE else None)
     return first
 
 
@@ -1854,8 +1892,9 @@ def _tiles_plan(spec: QuantSpec, shape: tuple[int, ...], sfmt: int, pow2: bool,
         return tiles
     n_tiles = -(-r // k) * -(-c // k)
 
-    def tiles_nvfp4(xs: np.ndarray, os_: np.ndarray, k0: int, k1: int) -> None:
-        bmax = np.empty(n_tiles, np.int32)
+    def tiles_nvfp4(xs: np.ndarray, os_: np.ndarray, k0: int, k1: int,
+                    known: np.float32 | None) -> None:
+        bmax = np.empty(n_tiles, np.int32)  # (the tile maxima are needed: ``known`` saves nothing)
         x_amax = _tile_max_bits(xs, r, c, k, bmax)
         mul, t_dec = _nvfp4_tensor_scale(np.float32(x_amax), np.float32(fmt.max_normal))
         _fused_tiles(xs, os_, r, c, k, bmax, sfmt, pow2, emax_elem, maxn, mul, t_dec, *tail)

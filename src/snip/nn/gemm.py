@@ -198,11 +198,15 @@ def operand_seed(seed: int, step: int, gemm: Gemm, operand: Operand) -> int:
 
 def quantize_operand(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Rounding,
                      seed: int, tokens: RowShard | None = None,
-                     bf16: bool = False) -> torch.Tensor:
+                     bf16: bool = False, activation: bool = False) -> torch.Tensor:
     """Fake-quantize one GEMM operand in fp32 (identity specs pass the fp32 tensor through).
     ``tokens``: for a token-major operand (``X``, ``dY``), its rows' place in the whole batch.
     ``bf16``: the operand of a bf16 GEMM (:func:`bf16_operands`), returned as the bf16 tensor
-    the GEMM would cast it to, in the quantizer's own pass."""
+    the GEMM would cast it to, in the quantizer's own pass.  ``activation``: ``X`` or ``dY``,
+    which change only through writes their version counter sees, so a statistic of the whole
+    tensor (NVFP4's amax) is kept on it for the other GEMM that quantizes it
+    (``reuse_amax`` of :func:`snip.formats.fast.quantize_fused`); never a weight, which an
+    optimizer or a user may write through ``.data``."""
     x = _as_dtype(x, torch.float32)
     if spec.is_identity:
         return x
@@ -211,7 +215,8 @@ def quantize_operand(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Roun
     if kernel is fast.Kernel.BF16:  # the bf16 preset: one pass, no block layout
         return fast.round_bf16(x, out)
     if kernel is fast.Kernel.FUSED and tokens is None:  # what quantize() calls, directly
-        return fast.quantize_fused(x, spec, axis, rounding, seed, dtype=out)
+        return fast.quantize_fused(x, spec, axis, rounding, seed, dtype=out,
+                                   reuse_amax=activation)
     gen = seed if rounding is Rounding.STOCHASTIC else None
     return quantize(x, spec, axis=axis, rounding=rounding, generator=gen, shard=tokens,
                     dtype=out)
@@ -245,12 +250,12 @@ def _quantize_input(memo: _LastInput, x: torch.Tensor, spec: QuantSpec, axis: in
     the layer's seed; and not for inference tensors, which have no version counter)."""
     if (rounding is Rounding.STOCHASTIC or tokens is not None or spec.is_identity
             or x.is_inference()):
-        return quantize_operand(x, spec, axis, rounding, seed, tokens, bf16=bf16)
+        return quantize_operand(x, spec, axis, rounding, seed, tokens, bf16=bf16, activation=True)
     key = (x.data_ptr(), x.shape, x.stride(), x.dtype, x._version, spec, axis, bf16)
     e = memo.entry
     if e is not None and e[1] == key:
         return e[2]
-    out = quantize_operand(x, spec, axis, rounding, seed, tokens, bf16=bf16)
+    out = quantize_operand(x, spec, axis, rounding, seed, tokens, bf16=bf16, activation=True)
     memo.entry = (x, key, out)
     return out
 
@@ -590,7 +595,8 @@ def _grad_output(dy2: torch.Tensor, saved: _Saved, gemm: Gemm, axis: int) -> tor
     cfg = saved.cfg
     spec = cfg.specs.dgrad if gemm is Gemm.DGRAD else cfg.specs.wgrad
     seed = _seed(cfg, gemm, Operand.GRAD_OUTPUT, spec.grad_rounding)
-    return quantize_operand(dy2, spec, axis, spec.grad_rounding, seed, cfg.tokens, bf16=saved.bf16)
+    return quantize_operand(dy2, spec, axis, spec.grad_rounding, seed, cfg.tokens, bf16=saved.bf16,
+                            activation=True)
 
 
 def _dgrad(dy2: torch.Tensor, saved: _Saved, dyq: torch.Tensor | None = None) -> torch.Tensor:
