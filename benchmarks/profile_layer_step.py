@@ -106,10 +106,10 @@ def recorded_calls(step: Callable[[], object]) -> list[Call]:
     calls: list[Call] = []
     real = gemm.quantize_operand
 
-    def spy(x, spec, axis, rounding, seed, tokens=None, bf16=False):
+    def spy(x, spec, axis, rounding, seed, tokens=None, **kw):
         if not spec.is_identity:
-            calls.append(Call(tuple(x.shape), spec, axis, rounding, seed, bf16))
-        return real(x, spec, axis, rounding, seed, tokens, bf16=bf16)
+            calls.append(Call(tuple(x.shape), spec, axis, rounding, seed, kw.get("bf16", False)))
+        return real(x, spec, axis, rounding, seed, tokens, **kw)
 
     gemm.quantize_operand = spy
     try:
