@@ -1776,7 +1776,6 @@ _PLANS: dict[tuple, tuple[_Run, _ThreadChoice, bool]] = {}
 _PLANS_MAX = 4096  # distinct calls remembered (a training run makes a few dozen)
 _Z = np.float32(0)
 _AMAX_ATTR = "_snip_nvfp4_amax"  # (version, tensor amax) kept on a tensor (``reuse_amax``)
-_FINITE = 0x7F800000  # |x| bit patterns at or above this are inf or NaN
 
 
 def _plan(spec: QuantSpec, shape: tuple[int, ...], axis: int, sr: bool,
@@ -1875,7 +1874,7 @@ def _nvfp4_first_pass(fmt: ElementFormat, n: int, outer: int, length: int, inner
             bmax = _NO_BMAX
             x_amax, top = _clean_amax(xs, outer, length, inner, k)
         amax = f32(x_amax)
-        return (bmax, *_nvfp4_tensor_scale(amax, maxn), amax if top < _FINITE else None)
+        return (bmax, *_nvfp4_tensor_scale(amax, maxn), amax if top < _FINITE_BITS else None)
     return first
 
 
