@@ -1501,7 +1501,7 @@ def round_bf16(x: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Ten
     timed = choice.threads(n)
     out = empty_like(x, dtype)
     os_ = _np(out)
-    t = time.perf_counter()
+    t = 0.0 if timed is None else time.perf_counter()
     _bf16_rows(_np(x).view(np.uint32), os_ if dtype == torch.bfloat16 else os_.view(np.uint32),
                _CHUNK * 4)
     if timed is not None:
