@@ -1,5 +1,7 @@
 """The fused numba path is bit-identical to the PyTorch path (which the other tests pin)."""
 
+import os
+
 import pytest
 import torch
 
@@ -114,8 +116,13 @@ def test_numba_cpu_model(monkeypatch):
     import subprocess
     import sys
 
-    monkeypatch.delenv("NUMBA_CPU_NAME", raising=False)
-    monkeypatch.delenv("SNIP_NUMBA_CPU", raising=False)
+    names = ("NUMBA_CPU_NAME", "SNIP_NUMBA_CPU")
+    before = {name: os.environ.get(name) for name in names}
+    for name in names:
+        # ``numba_cpu`` writes os.environ itself: a set first records the value (or absence)
+        # that undo must restore, which a delenv of an absent variable does not record
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
     for model, want in (("rocketlake", "x86-64-v3"), ("sapphirerapids", "x86-64-v3"),
                         ("znver4", None), ("haswell", None), ("", None)):
         monkeypatch.setattr(fast, "_host_cpu_model", lambda m=model: m)
@@ -128,6 +135,8 @@ def test_numba_cpu_model(monkeypatch):
     monkeypatch.setenv("NUMBA_CPU_NAME", "haswell")
     assert fast.numba_cpu() == "haswell"
     monkeypatch.undo()
+    # a leaked model would make every later process recompile every kernel (~2 min, issue 21)
+    assert {name: os.environ.get(name) for name in names} == before
     expected = "x86-64-v3" if fast._host_cpu_model() in fast._INTEL_AVX512_MODELS else None
     code = ("import os; os.environ.pop('NUMBA_CPU_NAME', None); os.environ.pop('SNIP_NUMBA_CPU', "
             "None); import snip.formats.fast, numba; print(numba.config.CPU_NAME)")
@@ -161,8 +170,6 @@ def test_kernel_for_picks_each_kernel(monkeypatch):
 def test_env_reader_follows_os_environ(monkeypatch):
     """The look-up :func:`fast.enabled` uses sees every change made through ``os.environ``, and
     an ``os.environ`` without CPython's encoded dictionary falls back to ``os.environ.get``."""
-    import os
-
     read = fast._env_reader("SNIP_TEST_ENV_READER")
     monkeypatch.delenv("SNIP_TEST_ENV_READER", raising=False)
     assert read() is None
