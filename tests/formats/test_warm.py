@@ -37,3 +37,70 @@ def test_warm_reaches_every_parallel_kernel_with_each_dtype(monkeypatch) -> None
             assert (name, *io) in seen, (name, io)
     assert {("_fused_rows", "kt", n) for n in ("0", "16", "32")} <= seen
     assert ("_bf16_rows", "uint32", "uint16") in seen and ("_bf16_rows", "uint32", "uint32") in seen
+
+
+def test_parts_run_every_call_once_and_two_parts_split_by_input_dtype() -> None:
+    """``--jobs``: every call runs in exactly one part; with two parts each input dtype is in
+    one part only, so no kernel signature (they follow the dtypes) is compiled twice."""
+    all_calls = list(warm.calls())
+    for parts in (1, 2, 3, 4):
+        owners = [warm.part_of(c[4], c[5], parts) for c in all_calls]
+        assert set(owners) == set(range(parts))
+    two = {(c[4], warm.part_of(c[4], c[5], 2)) for c in all_calls}
+    assert len({dt for dt, _ in two}) == len(two) == 2
+
+
+def test_locked_saves_make_numba_cache_saves_exclusive(tmp_path, monkeypatch) -> None:
+    """A save waits while another holder has the lock beside the cache's index, then lands."""
+    import fcntl
+    import threading
+
+    from numba.core import caching
+
+    monkeypatch.setattr(caching.IndexDataCacheFile, "save", caching.IndexDataCacheFile.save)
+    assert warm._locked_saves()
+    cache = caching.IndexDataCacheFile(str(tmp_path), "f-1.py311", (0.0, 0))
+    with open(tmp_path / ".snip-warm.lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        saver = threading.Thread(target=cache.save, args=(("sig", "magic"), b"payload"))
+        saver.start()
+        saver.join(0.3)
+        assert saver.is_alive()  # blocked on the lock
+        assert cache.load(("sig", "magic")) is None
+        fcntl.flock(held, fcntl.LOCK_UN)
+        saver.join(10)
+    assert not saver.is_alive()
+    assert cache.load(("sig", "magic")) == b"payload"
+
+
+def test_jobs_must_be_positive(capsys) -> None:
+    with pytest.raises(SystemExit):
+        warm.main(["--jobs", "0"])
+    assert "--jobs must be at least 1" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_parallel_warm_fills_a_cache_that_a_later_process_only_loads(tmp_path) -> None:
+    """``--jobs 2`` on an empty cache (two minutes on two cores): afterwards a fresh process
+    making every call compiles nothing, and no two entries share a data file."""
+    import os
+    import pickle
+    import subprocess
+    import sys
+
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
+    subprocess.run([sys.executable, "-m", "snip.formats.warm", "--jobs", "2"], env=env,
+                   check=True, capture_output=True)
+    code = ("from snip.formats import fast, warm; warm.warm(); print(sum(sum(v.stats."
+            "cache_misses.values()) for v in vars(fast).values() if hasattr(v, 'stats') and "
+            "v._cache.__class__.__name__ == 'FunctionCache'))")
+    out = subprocess.run([sys.executable, "-c", code], env=env, check=True,
+                         capture_output=True, text=True)
+    assert out.stdout.strip() == "0"
+    for index in tmp_path.rglob("*.nbi"):
+        with open(index, "rb") as f:
+            pickle.load(f)  # numba's version
+            _, entries = pickle.loads(f.read())
+        names = list(entries.values())
+        assert len(set(names)) == len(names)
+        assert all((index.parent / n).exists() for n in names)

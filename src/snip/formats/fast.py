@@ -760,7 +760,7 @@ if AVAILABLE:
         """Block amax for the scale rules: inf stands for any NaN/inf in the block."""
         return np.float32(np.inf) if m >= _FINITE_BITS else np.int32(m).view(np.float32)
 
-    @njit(error_model="numpy")
+    @njit(cache=True, error_model="numpy")  # (cached: the tests call it directly)
     def _scales(m, enc, dec, sfmt, pow2, emax_elem, maxn, mul, t_dec):
         """Scales of a run of blocks from their amax bits (the format branch is taken once)."""
         n = m.shape[0]
@@ -825,7 +825,7 @@ if AVAILABLE:
         q = np.float32(np.copysign(maxn if q > maxn else q, v))
         return q * dec
 
-    @njit(error_model="numpy")
+    @njit(cache=True, error_model="numpy")  # (cached: the tests call it directly)
     def _sr_span(xs, os_, enc, dec, base, mbits, emin, emax, maxn, k0, k1):
         """Stochastic rounding onto a float grid, SR counter ``base + j``; ``enc``/``dec``: one
         scale, or one per element (:func:`_sr_span_buf` with a buffer of its own)."""
@@ -970,7 +970,7 @@ if AVAILABLE:
             _st(o1, i, _sr_elem(_ld(x1, i), np.float32(hb[i] >> np.uint32(16)), enc[i], dec[i],
                                 mbits, emin, emax, maxn))
 
-    @njit(error_model="numpy")
+    @njit(cache=True, error_model="numpy")  # (cached: the tests call it directly)
     def _any_span_vec(xs, os_, enc, dec, base, stride, is_int, mbits, emin, emax, maxn, step,
                       inv_step, sr, k0, k1):
         """One scale per element; SR counter ``base + j * stride``."""
@@ -1034,7 +1034,7 @@ if AVAILABLE:
             for j in range(k):
                 _st(ob, j, _rne_elem(_ld(xb, j), e, d, mbits, emin, emax, maxn))
 
-    @njit(error_model="numpy")
+    @njit(cache=True, error_model="numpy")  # (cached: the tests call it directly)
     def _run(xs, os_, k, nblk, base, sfmt, pow2, emax_elem, maxn, mul, t_dec, is_int, mbits,
              emin, emax, maxne, step, inv_step, sr, k0, k1):
         """``nblk`` consecutive blocks of ``k`` (the last may be short): their amaxes, then
