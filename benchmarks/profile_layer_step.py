@@ -19,9 +19,13 @@ process's CPU time (1 thread):
   is noise-level when the other three explain the step.
 
 ``--probe`` adds, per shape, a look at ``rest``: the layer's three fp32 GEMMs alone, the same
-with a 32 x 32 MXFP4 quantizer call after each, and with a 32 x 32 ``clone`` after each (a torch
-op of the same size, the control); each round pairs the three, so the JSON's per-round
-differences say whether a quantizer call slows the GEMMs that follow it.
+with a 32 x 32 MXFP4 quantizer call after each (snip's whole call path), with that call's numba
+kernel alone after each (its arguments made once: no Python of snip's), and with a 32 x 32
+``clone`` after each (a torch op of the same size, the control); and each of those calls three
+times without the GEMMs.  Each round runs every arm, so per round ``arm - gemms - calls alone``
+is what the calls add to the GEMMs beyond their own cost; its mean over rounds and 95 %
+t-interval are printed: a call path that runs slower between GEMMs than in a tight loop (cold
+caches and branch predictors) shows here.
 
 ``--floor`` splits the Function's own cost further, on a 16 x 16 -> 16 layer where the GEMMs
 cost next to nothing: ``nn.Linear``, a *minimal* Python ``autograd.Function`` doing the same three
@@ -55,7 +59,9 @@ import torch
 from torch import nn
 
 import snip.nn.gemm as gemm
-from snip.formats import QuantSpec, Rounding
+from snip.compare.stats import t_interval
+from snip.formats import QuantSpec, Rounding, fast
+from snip.formats.cast import DEFAULT_COUNTERS
 from snip.nn import QLinear
 from snip.nn.specs import GemmSpecs
 
@@ -174,29 +180,51 @@ def profile_shape(k: int, n: int, presets: list[str], rounds: int) -> dict[str, 
     return out
 
 
+def probe_calls(small: torch.Tensor, out: torch.Tensor) -> dict[str, Callable[[], object]]:
+    """The probe's calls on ``small``: snip's MXFP4 quantizer (its fprop operand), the numba
+    kernel of that call writing ``out`` (its arguments made once: none of snip's Python), and
+    a ``clone``."""
+    spec = GemmSpecs.uniform("mxfp4").fprop
+    kernel = fast._plan(spec, tuple(small.shape), 1, spec.rounding is Rounding.STOCHASTIC,
+                        DEFAULT_COUNTERS)
+    views = fast._np(small), fast._np(out)
+    return {"gemms+quantize": lambda: gemm.quantize_operand(small, spec, -1, spec.rounding, 1),
+            "gemms+kernel": lambda: kernel(*views, 0, 0),
+            "gemms+clone": small.clone}
+
+
 def probe_shape(k: int, n: int, rounds: int) -> dict[str, list[float]]:
-    """The three GEMMs of a layer step alone and with a small call after each (see --probe)."""
+    """The three GEMMs of a layer step alone and with a small call after each (see --probe);
+    ``alone:<arm>``: the same three calls without the GEMMs, in the same round."""
     torch.manual_seed(0)
     x, w, dy = torch.randn(TOKENS, k), torch.randn(n, k), torch.randn(TOKENS, n)
     small = torch.randn(*SMALL)
-    spec = GemmSpecs.uniform("mxfp4").fprop
-    between = {"gemms": lambda: None,
-               "gemms+quantize": lambda: gemm.quantize_operand(small, spec, -1, spec.rounding, 1),
-               "gemms+clone": small.clone}
+    between = {"gemms": lambda: None, **probe_calls(small, torch.empty(*SMALL))}
 
-    def with_call(call: Callable[[], object]) -> Callable[[], None]:
+    def with_call(call: Callable[[], object], gemms: bool = True) -> Callable[[], None]:
         def run() -> None:
             for a, b in ((x, w.t()), (dy, w), (dy.t(), x)):
-                a @ b
+                if gemms:
+                    a @ b
                 call()
         return run
 
     arms = {name: with_call(call) for name, call in between.items()}
+    arms.update({f"alone:{name}": with_call(call, gemms=False)
+                 for name, call in between.items() if name != "gemms"})
     times: dict[str, list[float]] = {a: [] for a in arms}
     for _ in range(rounds):
         for a, fn in arms.items():
             times[a].append(cpu_us(fn, budget_s=0.05))
     return times
+
+
+def probe_extra(times: dict[str, list[float]]) -> dict[str, tuple[float, float, float]]:
+    """Per arm: what the three calls add to the GEMMs beyond their own time alone, per round
+    (the arms of a round paired): the mean over rounds and its 95 % t-interval."""
+    return {arm: t_interval([t - g - a for t, g, a in zip(
+                times[arm], times["gemms"], times[f"alone:{arm}"], strict=True)])
+            for arm in ("gemms+quantize", "gemms+kernel", "gemms+clone")}
 
 
 class MinimalLinearFn(torch.autograd.Function):
@@ -285,6 +313,9 @@ def main() -> None:
                 med = {a: statistics.median(v) for a, v in res["probe"].items()}
                 print("probe, us per 3 GEMMs (median): " + ", ".join(
                     f"{a} {v:.0f}" for a, v in med.items()))
+                print("  added beyond the calls' own time (mean, 95 % interval over rounds): "
+                      + ", ".join(f"{a.split('+')[1]} {m:+.0f} [{lo:+.0f}, {hi:+.0f}]"
+                                  for a, (m, lo, hi) in probe_extra(res["probe"]).items()))
     run["load_after"] = os.getloadavg()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(run, indent=1) + "\n")

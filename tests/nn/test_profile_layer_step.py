@@ -75,3 +75,20 @@ def test_the_minimal_function_is_nn_linear_bit_for_bit_and_the_floor_times_every
     times = script.floor_arms(["bf16"], rounds=1)
     assert list(times) == ["linear", "minimal_function", "snip_fp32", "bf16"]
     assert all(len(v) == 1 and v[0] > 0 for v in times.values())
+
+
+def test_the_probes_kernel_arm_does_the_quantizers_work_and_extra_is_paired() -> None:
+    """``--probe``: the bare-kernel arm writes what snip's quantizer call returns (same work,
+    none of the Python), and the extra per round is arm - GEMMs - the calls alone."""
+    small, out = torch.randn(32, 32), torch.full((32, 32), float("nan"))
+    calls = script.probe_calls(small, out)
+    want = calls["gemms+quantize"]()
+    calls["gemms+kernel"]()
+    assert torch.equal(out, want)
+    times = {"gemms": [100.0, 110.0, 90.0],
+             "gemms+quantize": [160.0, 170.0, 150.0], "alone:gemms+quantize": [40.0, 40.0, 40.0],
+             "gemms+kernel": [110.0, 120.0, 100.0], "alone:gemms+kernel": [10.0, 10.0, 10.0],
+             "gemms+clone": [105.0, 112.0, 96.0], "alone:gemms+clone": [5.0, 5.0, 5.0]}
+    extra = script.probe_extra(times)
+    assert extra["gemms+quantize"][0] == 20.0 and extra["gemms+kernel"][0] == 0.0
+    assert extra["gemms+clone"][1] < extra["gemms+clone"][0] < extra["gemms+clone"][2]
