@@ -1683,31 +1683,48 @@ def _scale_params(spec: QuantSpec) -> tuple[int, bool, int, np.float32]:
 _F32_ONE, _F32_MAX, _F32_TINY = np.float32(1.0), np.finfo(np.float32).max, np.finfo(np.float32).tiny
 
 
+if AVAILABLE:
+
+    @njit(cache=True, error_model="numpy")
+    def _tensor_scale_f32(amax, maxn):
+        """:func:`_tensor_scale` on float32 scalars, in numba (numpy's fp32 scalar operations
+        cost about 0.5 us each: several microseconds a call)."""
+        one = np.float32(1.0)
+        if not np.isfinite(amax):
+            return np.float32(np.nan), np.float32(np.nan)
+        s = one if amax == 0 else max(np.float32(amax / maxn), _F32_TINY)
+        return one / s, s
+
+    @njit(cache=True, error_model="numpy")
+    def _nvfp4_tensor_scale_f32(x_amax, maxn):
+        """:func:`_nvfp4_tensor_scale` on float32 scalars, in numba (each fp32 operation is
+        correctly rounded, as numpy's and torch's are)."""
+        one = np.float32(1.0)
+        if x_amax == 0:
+            s_enc = one
+        else:
+            s_enc = np.float32(np.float32(448.0) * maxn) / x_amax
+            if s_enc > _F32_MAX:
+                s_enc = _F32_MAX
+            if s_enc == 0:
+                s_enc = one
+        inv_elem = np.float32(1.0 / np.float64(maxn))
+        return s_enc * inv_elem, one / s_enc
+
+
 def _tensor_scale(amax: np.float32, maxn: np.float32) -> tuple[np.float32, np.float32]:
     """(encode, decode) of :func:`snip.formats.scaling.fp32_scales` (no power-of-two rounding)
     for one amax, as numpy fp32 scalars: the same IEEE operations in the same order, without
     the eight tensor ops (~50 us) that a 1x1 tensor costs."""
-    if not np.isfinite(amax):
-        return np.float32(np.nan), np.float32(np.nan)
-    s = _F32_ONE if amax == 0 else max(np.float32(amax / maxn), _F32_TINY)
-    return np.float32(_F32_ONE / s), s
+    enc, dec = _tensor_scale_f32(np.float32(amax), np.float32(maxn))
+    return np.float32(enc), np.float32(dec)  # (numba returns Python floats: exact, fp32 values)
 
 
 def _nvfp4_tensor_scale(x_amax: np.float32, maxn: np.float32) -> tuple[np.float32, np.float32]:
     """NVFP4's (``S_enc / elem_max``, ``1 / S_enc``) from the tensor amax, as numpy fp32 scalars:
     :func:`snip.formats.scaling.nvfp4_encode_scale`'s operations in the same order."""
-    if x_amax == 0:
-        s_enc = _F32_ONE
-    else:
-        with np.errstate(all="ignore"):
-            s_enc = np.float32(np.float32(448.0 * maxn) / x_amax)
-        if s_enc > _F32_MAX:
-            s_enc = _F32_MAX
-        if s_enc == 0:
-            s_enc = _F32_ONE
-    inv_elem = np.float32(1.0 / float(maxn))
-    with np.errstate(all="ignore"):
-        return np.float32(s_enc * inv_elem), np.float32(_F32_ONE / s_enc)
+    mul, t_dec = _nvfp4_tensor_scale_f32(np.float32(x_amax), np.float32(maxn))
+    return np.float32(mul), np.float32(t_dec)
 
 
 def quantize_fused(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Rounding,
