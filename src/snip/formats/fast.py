@@ -1680,7 +1680,7 @@ def _scale_params(spec: QuantSpec) -> tuple[int, bool, int, np.float32]:
     return sfmt, bool(spec.pow2_scales), int(fmt.emax), np.float32(fmt.max_normal)
 
 
-_F32_ONE, _F32_MAX, _F32_TINY = np.float32(1.0), np.finfo(np.float32).max, np.finfo(np.float32).tiny
+_F32_MAX, _F32_TINY = np.finfo(np.float32).max, np.finfo(np.float32).tiny
 
 
 if AVAILABLE:
