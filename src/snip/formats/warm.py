@@ -16,10 +16,11 @@ everything still works (and is bit-identical); only the first process pays the c
 
 numba compiles on one thread, so the calls are split by their (input, output) dtypes, which
 decide the kernels' signatures, over ``--jobs`` processes (default: one per CPU, at most
-four; each peaks at about 800 MiB while compiling).  numba's cache is not safe for two processes saving entries of one function at once:
-each rewrites the function's index, and both may take the same data file name.  So those
-processes hold a file lock around each save (:func:`_locked_saves`).  Last, this process runs
-every call once more, loading what they saved and compiling anything they did not.
+four; each peaks at about 800 MiB while compiling).  numba's cache is not safe for two
+processes saving entries of one function at once: each rewrites the function's index, and
+both may take the same data file name.  So those processes hold a file lock around each save
+(:func:`_locked_saves`).  Last, this process runs every call once more, loading what they
+saved and compiling anything they did not.
 """
 
 from __future__ import annotations
