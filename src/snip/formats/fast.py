@@ -1816,7 +1816,7 @@ def _plan(spec: QuantSpec, shape: tuple[int, ...], axis: int, sr: bool,
                 sc = fp32_scales(torch.tensor([[float(t_amax)]], dtype=torch.float32), spec)
                 t_enc, t_dec = f32(sc.encode.item()), f32(sc.decode.item())
             else:
-                t_enc, t_dec = _tensor_scale(f32(t_amax), f32(fmt.max_normal))
+                t_enc, t_dec = _tensor_scale(t_amax, maxn)  # (it makes both fp32 scalars)
             _fused_rows(xs, os_, *head, t_enc, t_dec, *elem, k0, k1)
         return tensor
     outer = math.prod(shape[:axis])
@@ -1912,6 +1912,6 @@ def _tiles_plan(spec: QuantSpec, shape: tuple[int, ...], sfmt: int, pow2: bool,
                     known: np.float32 | None) -> None:
         bmax = np.empty(n_tiles, np.int32)  # (the tile maxima are needed: ``known`` saves nothing)
         x_amax = _tile_max_bits(xs, r, c, k, bmax)
-        mul, t_dec = _nvfp4_tensor_scale(np.float32(x_amax), np.float32(fmt.max_normal))
+        mul, t_dec = _nvfp4_tensor_scale(x_amax, maxn)  # (it makes both fp32 scalars)
         _fused_tiles(xs, os_, r, c, k, bmax, sfmt, pow2, emax_elem, maxn, mul, t_dec, *tail)
     return tiles_nvfp4
