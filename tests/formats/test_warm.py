@@ -62,7 +62,8 @@ def test_locked_saves_make_numba_cache_saves_exclusive(tmp_path, monkeypatch) ->
     cache = caching.IndexDataCacheFile(str(tmp_path), "f-1.py311", (0.0, 0))
     with open(tmp_path / ".snip-warm.lock", "a") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
-        saver = threading.Thread(target=cache.save, args=(("sig", "magic"), b"payload"))
+        saver = threading.Thread(target=cache.save, args=(("sig", "magic"), b"payload"),
+                                 daemon=True)  # (a failing test must not hang the process)
         saver.start()
         saver.join(0.3)
         assert saver.is_alive()  # blocked on the lock
@@ -71,6 +72,14 @@ def test_locked_saves_make_numba_cache_saves_exclusive(tmp_path, monkeypatch) ->
         saver.join(10)
     assert not saver.is_alive()
     assert cache.load(("sig", "magic")) == b"payload"
+    # a second call (warm_parallel run twice in one process) must not wrap the save again:
+    # nested, it would open the lock file twice and wait on itself
+    assert warm._locked_saves()
+    again = threading.Thread(target=cache.save, args=(("sig2", "magic"), b"two"), daemon=True)
+    again.start()
+    again.join(10)
+    assert not again.is_alive()
+    assert cache.load(("sig2", "magic")) == b"two"
 
 
 def test_jobs_must_be_positive(capsys) -> None:

@@ -95,7 +95,8 @@ def _locked_saves() -> bool:
     ``flock`` on a file beside the cache's index): a save reads the function's index, picks a
     free data file name and rewrites the index, which two processes must not interleave.
     False where that cannot be done here (no ``fcntl``, or a numba without that method): then
-    the warm-up runs in one process."""
+    the warm-up runs in one process.  A second call changes nothing: a save wrapped twice would
+    open the lock file twice and wait on itself (``flock`` locks per open file)."""
     try:
         import fcntl
 
@@ -103,12 +104,15 @@ def _locked_saves() -> bool:
         real = caching.IndexDataCacheFile.save
     except (ImportError, AttributeError):
         return False
+    if getattr(real, "_snip_locked", False):
+        return True
 
     def save(self, key, data) -> None:
         with open(os.path.join(self._cache_path, ".snip-warm.lock"), "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
             real(self, key, data)
 
+    save._snip_locked = True
     caching.IndexDataCacheFile.save = save
     return True
 
