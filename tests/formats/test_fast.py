@@ -469,3 +469,21 @@ def test_column_blocks_sr_rows_in_pairs_equal_torch_path(start, monkeypatch):
     a, b = both_paths(lambda: quantize(x3, "mxfp4", axis=1, rounding="stochastic",
                                        generator=5), monkeypatch)
     torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_np_views_are_kept_by_address_size_and_dtype():
+    """``_np`` keeps its views by (address, element count, dtype): a shorter tensor or another
+    dtype at the same address gets its own view, each reading that tensor's bits."""
+    t = torch.arange(8, dtype=torch.float32)
+    v = fast._np(t)
+    assert fast._np(t) is v and v.dtype == fast.np.float32 and v.tolist() == t.tolist()
+    head = t[:3]
+    assert head.data_ptr() == t.data_ptr() and fast._np(head).tolist() == [0.0, 1.0, 2.0]
+    bits = fast._np(t, True)
+    assert bits.dtype == fast.np.uint32 and bits.tolist() == t.view(torch.int32).tolist()
+    halves = t[:4].view(torch.bfloat16)  # same address and element count as t, another dtype
+    assert halves.numel() == t.numel() and fast._np(halves).dtype == fast.np.uint16
+    assert fast._np(halves).tolist() == halves.view(torch.int16).to(torch.int32).bitwise_and(
+        0xFFFF).tolist()
+    fast._np(t)[1] = 7.0  # a view, not a copy
+    assert t[1] == 7.0

@@ -118,3 +118,52 @@ def test_bad_options_are_value_errors():
     with pytest.raises(TypeError):
         QLinear(4, 4, specs=3)
     assert QLinear(4, 4, accum=Accum.BF16).accum is Accum.BF16
+
+
+def test_step_counter_view_follows_the_tensor_through_copies_and_reassignment():
+    """Eager forwards advance ``_step`` through a ctypes view kept by address: a deep copy, a
+    pickle and a step tensor assigned anew each count on their own tensor, and a ``_step`` that
+    is not a 0-d int64 CPU tensor still advances (through torch ops)."""
+    import copy
+    import pickle
+
+    q = QLinear.from_linear(_linear(), "fp32")
+    x = torch.randn(4, 64)
+    q(x)
+    q(x)
+    assert q.step == 2 and int(q._step) == 2
+    twin, clone = copy.deepcopy(q), pickle.loads(pickle.dumps(q))
+    twin(x)
+    clone(x)
+    clone(x)
+    assert (q.step, twin.step, clone.step) == (2, 3, 4)
+    q.step = 10  # the setter writes the same tensor in place
+    q(x)
+    assert q.step == 11
+    q._step = torch.tensor(5)  # a new tensor: a new view
+    q(x)
+    assert q.step == 6
+    q._step = torch.tensor(5, dtype=torch.float64)  # not int64: no view (its bits differ)
+    q(x)
+    assert q._step.dtype == torch.float64 and q.step == 6
+
+
+def test_layer_under_a_functorch_transform_still_goes_through_function_apply():
+    """The layer calls the C ``apply`` directly only outside functorch transforms; inside one,
+    ``Function.apply`` gives its own error (the Function has no ``setup_context``), even where
+    no tensor of the call is wrapped."""
+    q = QLinear.from_linear(_linear(), "mxfp4")
+    x = torch.randn(2, 64)
+    with pytest.raises(RuntimeError, match="setup_context"):
+        torch.func.vmap(q)(torch.randn(3, 2, 64))
+
+    def loss(w):
+        return torch.func.functional_call(q, {"weight": w, "bias": q.bias}, (x,)).sum()
+    with pytest.raises(RuntimeError, match="setup_context"):
+        torch.func.grad(loss)(q.weight.detach())
+    with pytest.raises(RuntimeError, match="setup_context"):  # active, though x is not wrapped
+        torch.func.vmap(lambda z: q(x) * z)(torch.randn(3))
+    leaked = []  # a tensor escaped from a transform: functorch's error, as through apply
+    torch.func.vmap(lambda z: leaked.append(z) or z)(torch.randn(3, 2, 64))
+    with pytest.raises(RuntimeError, match="escaped"):
+        QLinear.from_linear(_linear(), "fp32")(leaked[0])

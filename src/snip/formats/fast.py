@@ -1500,10 +1500,8 @@ def round_bf16(x: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Ten
         choice = _BF16_CHOICES[n] = _ThreadChoice()
     timed = choice.threads(n)
     out = empty_like(x, dtype)
-    os_ = _np(out)
     t = 0.0 if timed is None else time.perf_counter()
-    _bf16_rows(_np(x).view(np.uint32), os_ if dtype == torch.bfloat16 else os_.view(np.uint32),
-               _CHUNK * 4)
+    _bf16_rows(_np(x, True), _np(out, dtype == torch.float32), _CHUNK * 4)
     if timed is not None:
         choice.record(timed, time.perf_counter() - t)
     return out
@@ -1575,6 +1573,8 @@ def empty_like(x: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tenso
     dtype = dtype or x.dtype
     if _buffers.limit > 0 and x.numel() * dtype.itemsize >= _CACHE_MIN:
         return _buffers.empty(x.shape, dtype)
+    if dtype == x.dtype and x.is_contiguous():  # (keywords cost ~0.5 us a call)
+        return torch.empty_like(x)
     return torch.empty_like(x, dtype=dtype, memory_format=torch.contiguous_format)
 
 
@@ -1644,21 +1644,41 @@ def _spec_kernel(spec: QuantSpec, rounding: Rounding | None) -> int:
     return _ANY if spec.scaling in (Scaling.TENSOR, Scaling.CHANNEL, Scaling.BLOCK) else 0
 
 
-_NP_VIEW = {torch.float32: np.float32, torch.bfloat16: np.uint16}
+_NP_VIEW = {torch.float32: np.dtype(np.float32), torch.bfloat16: np.dtype(np.uint16)}
+_U32 = np.dtype(np.uint32)
+_CHAR = ctypes.c_char
 
 
-def _np(t: torch.Tensor) -> np.ndarray:
-    """Flat numpy view of a contiguous CPU tensor: fp32 as float32, bf16 as its uint16 bits.
+def _np(t: torch.Tensor, bits32: bool = False) -> np.ndarray:
+    """Flat numpy view of a contiguous CPU tensor: fp32 as float32 (``bits32``: as its uint32
+    bits), bf16 as its uint16 bits.
 
     Made from the data pointer, not ``Tensor.numpy()``: that marks the tensor's storage
     non-resizable for good, and FSDP2 frees a gathered weight by resizing its storage to 0.
-    The view does not keep ``t`` alive; callers hold ``t`` while a kernel runs on it."""
-    n = t.numel()
-    dtype = _NP_VIEW[t.dtype]
-    if n == 0:
-        return np.empty(0, dtype)
-    buf = (ctypes.c_char * (n * t.element_size())).from_address(t.data_ptr())
-    return np.frombuffer(buf, dtype=dtype, count=n)
+    The view does not keep ``t`` alive; callers hold ``t`` while a kernel runs on it.
+
+    Making a view costs ~1.5 us, two per quantizer call; a training step passes the same few
+    addresses again and again (the allocator recycles them), so views are kept by (address,
+    element count, dtype) in :data:`_VIEWS`.  A kept view is a bare pointer and length that owns
+    nothing: for a live tensor at that address and size it is exactly the view that would be
+    made anew."""
+    key = (t.data_ptr(), t.numel(), t.dtype, bits32)
+    view = _VIEWS.get(key)
+    if view is None:
+        n = key[1]
+        dtype = _U32 if bits32 and t.dtype == torch.float32 else _NP_VIEW[t.dtype]
+        if n == 0:
+            return np.empty(0, dtype)
+        buf = (_CHAR * (n * t.element_size())).from_address(key[0])
+        view = np.frombuffer(buf, dtype, n)  # (positional: keywords cost ~0.6 us more)
+        if len(_VIEWS) >= _VIEWS_MAX:
+            _VIEWS.clear()
+        _VIEWS[key] = view
+    return view
+
+
+_VIEWS: dict[tuple, np.ndarray] = {}  # _np's views by (address, elements, dtype, bits32)
+_VIEWS_MAX = 1024
 
 
 @functools.cache

@@ -738,4 +738,14 @@ def quantized_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor |
     check_features(x, weight)
     needs_backward = torch.is_grad_enabled() and (
         x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad))
+    if not torch._C._are_functorch_transforms_active():
+        return _APPLY(x, weight, bias, cfg, record, needs_backward)
     return QuantizedLinearFn.apply(x, weight, bias, cfg, record, needs_backward)
+
+
+# ``QuantizedLinearFn.apply`` without its Python part (what ``super().apply`` calls there):
+# outside functorch transforms that part only unwraps dead functorch wrappers, ~5 us a call on
+# every layer of every step.  A dead wrapper (a tensor escaped from a transform) raises
+# functorch's "escaped" error in the forward's GEMM either way.  (``QuantizedLinearFn`` has no
+# ``setup_context``, whose arguments ``Function.apply`` would bind.)
+_APPLY = torch._C._FunctionBase.__dict__["apply"].__get__(None, QuantizedLinearFn)
