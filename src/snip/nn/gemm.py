@@ -738,7 +738,7 @@ def quantized_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor |
     check_features(x, weight)
     needs_backward = torch.is_grad_enabled() and (
         x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad))
-    if not torch._C._are_functorch_transforms_active():
+    if _APPLY is not None and not torch._C._are_functorch_transforms_active():
         return _APPLY(x, weight, bias, cfg, record, needs_backward)
     return QuantizedLinearFn.apply(x, weight, bias, cfg, record, needs_backward)
 
@@ -747,5 +747,8 @@ def quantized_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor |
 # outside functorch transforms that part only unwraps dead functorch wrappers, ~5 us a call on
 # every layer of every step.  A dead wrapper (a tensor escaped from a transform) raises
 # functorch's "escaped" error in the forward's GEMM either way.  (``QuantizedLinearFn`` has no
-# ``setup_context``, whose arguments ``Function.apply`` would bind.)
-_APPLY = torch._C._FunctionBase.__dict__["apply"].__get__(None, QuantizedLinearFn)
+# ``setup_context``, whose arguments ``Function.apply`` would bind.)  ``None`` where this
+# torch has not these internals: ``Function.apply`` then, always.
+_APPLY = (torch._C._FunctionBase.__dict__["apply"].__get__(None, QuantizedLinearFn)
+          if "apply" in getattr(torch._C, "_FunctionBase", object).__dict__
+          and hasattr(torch._C, "_are_functorch_transforms_active") else None)
