@@ -31,5 +31,5 @@ for preset in ("mxfp4", "nvfp4", "bf16"):
     spec = PRESETS[preset]
     for shape in ((1, 32), (64, 64)):
         x = torch.randn(*shape)
-        us = best_us(lambda: quantize_operand(x, spec, -1, Rounding.RNE, 0))
+        us = best_us(lambda x=x, spec=spec: quantize_operand(x, spec, -1, Rounding.RNE, 0))
         print(f"{preset:6s} {shape!s:9s} {us:6.1f} us")
