@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import inspect
 import json
 import statistics
 import sys
@@ -42,6 +43,7 @@ except ImportError:  # run as a script from the benchmarks directory
     from bench_train_step import SHAPES, Arm
 
 _REAL = gemm.quantize_operand
+_SIGNATURE = inspect.signature(_REAL)
 
 
 def _batch(model: str, tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -116,13 +118,17 @@ def calls(model: str, preset: str, tokens: int, rounds: int) -> list[dict]:
     log: dict = collections.defaultdict(list)
     sample: dict = {}
 
-    def timed(x, spec, axis, rounding, seed, tokens=None, bf16=False):
+    def timed(*a, **k):  # (any signature of quantize_operand: its arguments are bound by name)
         cur.clear()
         t = time.perf_counter()
-        out = _REAL(x, spec, axis, rounding, seed, tokens, bf16=bf16)
+        out = _REAL(*a, **k)
+        elapsed = time.perf_counter() - t
+        bound = _SIGNATURE.bind(*a, **k)
+        x, spec, axis, rounding = (bound.arguments[n] for n in ("x", "spec", "axis", "rounding"))
         key = (tuple(x.shape), spec.name, axis, rounding.value)
-        log[key].append((time.perf_counter() - t, cur.get("kernel", 0.0)))
-        sample[key] = (x.detach().clone(), spec, axis, rounding, seed, tokens, bf16)
+        log[key].append((elapsed, cur.get("kernel", 0.0)))
+        bound.arguments["x"] = x.detach().clone()  # (the call alone, later: on a copy)
+        sample[key] = bound
         return out
 
     fast._fused_rows, fast._fused_cols = wrap("rows"), wrap("cols")
@@ -138,11 +144,11 @@ def calls(model: str, preset: str, tokens: int, rounds: int) -> list[dict]:
         gemm.quantize_operand = _REAL
     rows = []
     for key, v in log.items():
-        x, spec, axis, rounding, seed, tok, bf16 = sample[key]
+        bound = sample[key]
         alone = []
         for _ in range(30):
             t = time.perf_counter()
-            _REAL(x, spec, axis, rounding, seed, tok, bf16=bf16)
+            _REAL(*bound.args, **bound.kwargs)
             alone.append(time.perf_counter() - t)
         rows.append({"shape": list(key[0]), "spec": key[1], "axis": key[2], "rounding": key[3],
                      "per_step": len(v) / rounds,

@@ -1,0 +1,40 @@
+"""benchmarks/profile_step_calls.py times the quantizer calls a whole training step makes,
+whatever keywords the layer passes them, and puts the real quantizer back."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import snip.nn.gemm as gemm
+from snip.formats import fast
+
+ROOT = Path(__file__).parents[2]
+if str(ROOT) not in sys.path:  # the script imports benchmarks.*, as run from the root
+    sys.path.insert(0, str(ROOT))
+_SPEC = importlib.util.spec_from_file_location(
+    "profile_step_calls_script", ROOT / "benchmarks" / "profile_step_calls.py")
+script = importlib.util.module_from_spec(_SPEC)
+sys.modules[_SPEC.name] = script
+_SPEC.loader.exec_module(script)
+
+
+def test_calls_records_every_kind_of_call_of_a_step_and_restores_the_quantizer() -> None:
+    """One round of ``tiny-deep`` at 128 tokens with NVFP4 (its calls pass ``activation=``):
+    every kind of call is timed in the step and alone, and the patched functions go back."""
+    rows = script.calls("tiny-deep", "nvfp4", tokens=128, rounds=1)
+    assert rows and all(r["spec"] == "nvfp4" and r["alone_us"] > 0 for r in rows)
+    assert {r["axis"] for r in rows} == {-1, 0}  # forward's rows and wgrad's columns
+    assert gemm.quantize_operand is script._REAL
+    assert fast._fused_rows.__name__ == "_fused_rows"
+    arm, made = script.Arm("tiny-deep", "nvfp4", script._batch("tiny-deep", 128)), []
+
+    def count(*a, **k):
+        made.append(a[1].name)
+        return script._REAL(*a, **k)
+    arm.step()
+    gemm.quantize_operand = count
+    try:
+        arm.step()
+    finally:
+        gemm.quantize_operand = script._REAL
+    assert sum(r["per_step"] for r in rows) == len(made)
