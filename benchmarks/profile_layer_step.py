@@ -232,17 +232,23 @@ def probe_extra(times: dict[str, list[float]]) -> dict[str, tuple[float, float, 
 
 
 class MinimalLinearFn(torch.autograd.Function):
-    """``X W^T`` with its two backward GEMMs and nothing else: the floor of a Python Function."""
+    """``X W^T`` with its two backward GEMMs and nothing else: the floor of a Python Function
+    (leading dimensions of ``X`` flattened into rows, as a model's activations need)."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         ctx.save_for_backward(x, w)
-        return x @ w.t()
+        if x.dim() == 2:
+            return x @ w.t()
+        return (x.reshape(-1, x.shape[-1]) @ w.t()).reshape(*x.shape[:-1], -1)
 
     @staticmethod
     def backward(ctx, dy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x, w = ctx.saved_tensors
-        return dy @ w, dy.t() @ x
+        if x.dim() == 2:
+            return dy @ w, dy.t() @ x
+        dy2, x2 = dy.reshape(-1, dy.shape[-1]), x.reshape(-1, x.shape[-1])
+        return (dy2 @ w).reshape(x.shape), dy2.t() @ x2
 
 
 FLOOR_SHAPE = (16, 16, 16)  # tokens, in, out: GEMMs of ~1 us, so the rest is per-call cost

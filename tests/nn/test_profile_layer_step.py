@@ -92,3 +92,21 @@ def test_the_probes_kernel_arm_does_the_quantizers_work_and_extra_is_paired() ->
     extra = script.probe_extra(times)
     assert extra["gemms+quantize"][0] == 20.0 and extra["gemms+kernel"][0] == 0.0
     assert extra["gemms+clone"][1] < extra["gemms+clone"][0] < extra["gemms+clone"][2]
+
+
+def test_minimal_function_flattens_leading_dimensions_into_rows() -> None:
+    """The minimal Function on a 3-D input gives, bit for bit, its 2-D result on the rows."""
+    torch.manual_seed(0)
+    w = torch.randn(6, 8, requires_grad=True)
+    x3 = torch.randn(2, 5, 8, requires_grad=True)
+    x2 = x3.detach().reshape(10, 8).requires_grad_()
+    dy = torch.randn(10, 6)
+    y3 = script.MinimalLinearFn.apply(x3, w)
+    y3.backward(dy.reshape(2, 5, 6))
+    dw3 = w.grad.clone()
+    w.grad = None
+    y2 = script.MinimalLinearFn.apply(x2, w)
+    y2.backward(dy)
+    assert y3.shape == (2, 5, 6) and torch.equal(y3.reshape(10, 6), y2)
+    assert x3.grad.shape == x3.shape and torch.equal(x3.grad.reshape(10, 8), x2.grad)
+    assert torch.equal(dw3, w.grad)

@@ -2,8 +2,8 @@
 
 Three arms of ``tiny-deep``, one process, 1 thread, interleaved rounds (2 warm-up, 10 timed),
 process CPU time, medians of the per-round ratio to plain fp32: plain fp32; ``snip_fp32``
-(converted, nothing quantized); and *lean*, every converted layer's forward replaced by a
-minimal ``autograd.Function`` with the same three fp32 GEMMs and nothing else.  Exploratory,
+(converted, nothing quantized); and *lean*, every converted layer's forward replaced by
+``profile_layer_step.MinimalLinearFn``, the same three fp32 GEMMs and nothing else.  Exploratory,
 one run:
 
     PYTHONPATH=src python benchmarks/results/issue21/epyc/session8/lean_function.py
@@ -18,29 +18,17 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[4]))  # benchmarks/
 from bench_train_step import Arm, batch_for  # noqa: E402
+from profile_layer_step import MinimalLinearFn  # noqa: E402
 from snip.nn import QLinear  # noqa: E402
 
 torch.set_num_threads(1)
 
 
-class LeanFn(torch.autograd.Function):
-    """``x @ w.T`` with its two gradients, and nothing else."""
-
-    @staticmethod
-    def forward(ctx, x, w):
-        ctx.save_for_backward(x, w)
-        return (x.reshape(-1, x.shape[-1]) @ w.t()).reshape(*x.shape[:-1], -1)
-
-    @staticmethod
-    def backward(ctx, g):
-        x, w = ctx.saved_tensors
-        g2, x2 = g.reshape(-1, g.shape[-1]), x.reshape(-1, x.shape[-1])
-        return (g2 @ w).reshape(x.shape), g2.t() @ x2
-
-
 class LeanLinear(nn.Linear):
+    """A layer whose forward is profile_layer_step.py's minimal Function."""
+
     def forward(self, x):
-        return LeanFn.apply(x, self.weight)
+        return MinimalLinearFn.apply(x, self.weight)
 
 
 def main() -> None:
