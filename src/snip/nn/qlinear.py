@@ -227,15 +227,17 @@ def _counter(step: torch.Tensor) -> ctypes.c_int64 | None:
     input, and a compiled graph reads its value, not its version.)"""
     if step.dtype != torch.int64 or not step.is_cpu or step.dim() != 0:
         return None
-    view = _COUNTERS.get(step.data_ptr())
+    address = step.data_ptr()
+    view = _COUNTERS.get(address)
     if view is None:
-        if len(_COUNTERS) >= 4096:
+        if len(_COUNTERS) >= _COUNTERS_MAX:
             _COUNTERS.clear()
-        view = _COUNTERS[step.data_ptr()] = ctypes.c_int64.from_address(step.data_ptr())
+        view = _COUNTERS[address] = ctypes.c_int64.from_address(address)
     return view
 
 
 _COUNTERS: dict[int, ctypes.c_int64] = {}  # step counter views by address
+_COUNTERS_MAX = 4096
 
 
 def saved_activation_bytes(model: nn.Module) -> int:
