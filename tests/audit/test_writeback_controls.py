@@ -7,20 +7,14 @@ round trip); Python floats round the same on every CPU, so ``rel=1e-9`` (or appr
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 import pytest
 
+from _benchmarks import load
+
 pytest.importorskip("scipy")
-_SPEC = importlib.util.spec_from_file_location(
-    "writeback_experiment",
-    Path(__file__).resolve().parents[2] / "benchmarks" / "writeback_experiment.py")
-wx = importlib.util.module_from_spec(_SPEC)
-sys.modules.setdefault("writeback_experiment", wx)  # dataclasses look the module up
-_SPEC.loader.exec_module(wx)
+wx = load("writeback_experiment", "writeback_experiment")
 
 
 def test_control_distribution_places_arms_among_draws():

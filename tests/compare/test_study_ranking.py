@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
 import math
 from pathlib import Path
 
+from _benchmarks import load
 from snip.compare.arms import parse_arms
 from snip.compare.sweep import Sweep
 from snip.sensitivity.table import synthetic_table
 
-_SPEC = importlib.util.spec_from_file_location(
-    "snip_study_ranking", Path(__file__).parents[2] / "benchmarks" / "snip_study_ranking.py")
-script = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(script)
+script = load("snip_study_ranking", "snip_study_ranking")
 
 CANDS = ("bf16", "fp4_e2m1_tensor")
 

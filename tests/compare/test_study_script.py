@@ -5,19 +5,16 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
+from _benchmarks import load
 from snip.compare.arms import parse_arms
 from snip.compare.sweep import Sweep
 
-_SPEC = importlib.util.spec_from_file_location(
-    "snip_compare_script", Path(__file__).parents[2] / "benchmarks" / "snip_compare.py")
-script = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(script)
+script = load("snip_compare", "snip_compare_script")
 
 
 def test_collect_copies_results_plans_tables_and_damage(tmp_path: Path) -> None:

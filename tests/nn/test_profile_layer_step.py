@@ -1,25 +1,15 @@
 """benchmarks/profile_layer_step.py records exactly the quantizer calls a layer step makes."""
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import torch
 from torch import nn
 
 import snip.nn.gemm as gemm
+from _benchmarks import load
 from snip.formats import Rounding
 from snip.nn import QLinear
 from snip.nn.specs import Gemm
 
-ROOT = Path(__file__).parents[2]
-if str(ROOT) not in sys.path:  # the script imports benchmarks._util, as run from the root
-    sys.path.insert(0, str(ROOT))
-_SPEC = importlib.util.spec_from_file_location(
-    "profile_layer_step_script", ROOT / "benchmarks" / "profile_layer_step.py")
-script = importlib.util.module_from_spec(_SPEC)
-sys.modules[_SPEC.name] = script  # its dataclass looks its module up
-_SPEC.loader.exec_module(script)
+script = load("profile_layer_step", "profile_layer_step_script")
 
 
 def _step(preset: str):

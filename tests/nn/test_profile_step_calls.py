@@ -1,21 +1,11 @@
 """benchmarks/profile_step_calls.py times the quantizer calls a whole training step makes,
 whatever keywords the layer passes them, and puts the real quantizer back."""
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import snip.nn.gemm as gemm
+from _benchmarks import load
 from snip.formats import fast
 
-ROOT = Path(__file__).parents[2]
-if str(ROOT) not in sys.path:  # the script imports benchmarks.*, as run from the root
-    sys.path.insert(0, str(ROOT))
-_SPEC = importlib.util.spec_from_file_location(
-    "profile_step_calls_script", ROOT / "benchmarks" / "profile_step_calls.py")
-script = importlib.util.module_from_spec(_SPEC)
-sys.modules[_SPEC.name] = script
-_SPEC.loader.exec_module(script)
+script = load("profile_step_calls", "profile_step_calls_script")
 
 
 def test_calls_records_every_kind_of_call_of_a_step_and_restores_the_quantizer() -> None:
