@@ -402,6 +402,38 @@ def test_long_blocks_block_by_block(dtype, rounding, monkeypatch):
         torch.set_num_threads(before)
 
 
+def _absbits_max(a):
+    """numpy's reference for ``fast._max_bits``: the largest ``|x|`` bit pattern as int32 (a
+    bf16 element, held as uint16, as the fp32 pattern it stands for), 0 for no elements."""
+    import numpy as np
+
+    bits = (a.astype(np.int32) & 0x7FFF) << 16 if a.dtype == np.uint16 else a.view(np.int32)
+    return int((bits & 0x7FFFFFFF).max(initial=0))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_max_bits_equals_numpy(dtype):
+    """``_max_bits`` (LLVM vector IR: eight lanes, a horizontal maximum, a scalar tail) equals
+    numpy's maximum of the ``|x|`` bits on every length 0-40 and 127-129, at every start offset
+    0-8 (unaligned loads), wherever the largest element, a NaN, an inf or a -0 sits."""
+    import numba
+    import numpy as np
+
+    max_bits = numba.njit(lambda a, lo, hi: fast._max_bits(a[lo:hi]))
+    g = torch.Generator().manual_seed(3)
+    x = fast._np(torch.randn(200, generator=g).to(dtype))
+    for n in [*range(41), 127, 128, 129]:
+        for lo in range(9):
+            a = x[lo:lo + n].copy()
+            for at in {0, n // 2, n - 1} if n else {None}:
+                for special in (None, -1e30, float("inf"), float("nan"), -0.0):
+                    b = a.copy()
+                    if at is not None and special is not None:
+                        b[at] = fast._np(torch.tensor([special]).to(dtype))[0]
+                    big = np.concatenate([x[:lo], b, x[lo + n:]])
+                    assert max_bits(big, lo, lo + n) == _absbits_max(b), (n, lo, at, special)
+
+
 @pytest.mark.parametrize("k", [16, 32, 128])
 def test_run_block_kernels_equal_scalar_rounding(k):
     """``_run`` (one task of ``_fused_rows``) on whole blocks of 16/32/128: the constant-size
@@ -431,7 +463,7 @@ def test_run_block_kernels_equal_scalar_rounding(k):
                         fast._run(xs[:n], got, k, nblk, base, sfmt, False,
                                   el.emax, maxn, mul, t_dec, False, el.mbits, el.emin, el.emax,
                                   maxn, f32(el.step), f32(1 / el.step), sr, *key)
-                        m = np.array([fast._max_bits(xs[b * k:min(n, (b + 1) * k)])
+                        m = np.array([_absbits_max(xs[b * k:min(n, (b + 1) * k)])
                                       for b in range(nblk)], np.int32)
                         enc = np.empty(nblk, np.float32)
                         dec = np.empty(nblk, np.float32)

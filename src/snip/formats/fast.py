@@ -113,6 +113,7 @@ try:  # numba is a core dependency, but the library must work without it
     import numba
     from llvmlite import ir
     from numba import njit, prange, types
+    from numba.core import cgutils
     from numba.extending import intrinsic, overload
 
     AVAILABLE = True
@@ -576,31 +577,26 @@ if AVAILABLE:
     # ---- the element grid's step, in i32 (numba would widen the exponent arithmetic to i64,
     # which costs more vector instructions than the rounding itself) ----
 
-    def _binade_pow2_factory(sign):
-        @intrinsic
-        def binade_pow2(typingctx, a, emin, emax, off):
-            """``2^(sign * e + off)`` for ``e = clamp(floor(log2 |a|), emin, emax + 1)``."""
-            sig = types.float32(types.float32, types.int64, types.int64, types.int64)
+    @intrinsic
+    def _pow2_up(typingctx, a, emin, emax, off):
+        """``2^(e + off)`` for ``e = clamp(floor(log2 |a|), emin, emax + 1)``: the exponent field
+        of ``|a|`` clamped as it stands (``(e + 127) << 23``), then ``off << 23`` added -- four
+        vector instructions where shifting the field down and back up took seven."""
+        sig = types.float32(types.float32, types.int64, types.int64, types.int64)
 
-            def codegen(context, builder, signature, args):
-                i32 = ir.IntType(32)
-                x, lo, hi, c = args
-                e = builder.sub(builder.ashr(builder.bitcast(x, i32), ir.Constant(i32, 23)),
-                                ir.Constant(i32, 127))
-                lo32 = builder.trunc(lo, i32)
-                hi32 = builder.add(builder.trunc(hi, i32), ir.Constant(i32, 1))
-                e = builder.select(builder.icmp_signed("<", e, lo32), lo32, e)
-                e = builder.select(builder.icmp_signed(">", e, hi32), hi32, e)
-                if sign < 0:
-                    e = builder.sub(ir.Constant(i32, 0), e)
-                k = builder.add(builder.add(e, builder.trunc(c, i32)), ir.Constant(i32, 127))
-                return builder.bitcast(builder.shl(k, ir.Constant(i32, 23)), ir.FloatType())
+        def codegen(context, builder, signature, args):
+            i32 = ir.IntType(32)
+            x, lo, hi, c = args
+            sh = ir.Constant(i32, 23)
+            ef = builder.and_(builder.bitcast(x, i32), ir.Constant(i32, 0x7F800000))
+            lo32 = builder.shl(builder.add(builder.trunc(lo, i32), ir.Constant(i32, 127)), sh)
+            hi32 = builder.shl(builder.add(builder.trunc(hi, i32), ir.Constant(i32, 128)), sh)
+            ef = builder.select(builder.icmp_signed("<", ef, lo32), lo32, ef)
+            ef = builder.select(builder.icmp_signed(">", ef, hi32), hi32, ef)
+            k = builder.add(ef, builder.shl(builder.trunc(c, i32), sh))
+            return builder.bitcast(k, ir.FloatType())
 
-            return sig, codegen
-
-        return binade_pow2
-
-    _pow2_up = _binade_pow2_factory(1)  # 2^(e + off)
+        return sig, codegen
 
     @intrinsic
     def _grid_pow2s(typingctx, a, emin, emax, mbits):
@@ -747,13 +743,60 @@ if AVAILABLE:
             return lambda a, i: (np.int32(a[i]) & np.int32(0x7FFF)) << np.int32(16)
         return lambda a, i: np.float32(a[i]).view(np.int32) & np.int32(0x7FFFFFFF)
 
-    @njit(inline="always", error_model="numpy")
-    def _max_bits(xs):
-        m = np.int32(0)
-        for j in range(xs.shape[0]):
-            b = _absbits(xs, j)
-            m = b if b > m else m
-        return m
+    @intrinsic
+    def _max_bits(typingctx, xs):
+        """The largest ``|x|`` bit pattern (:func:`_absbits`) of a 1-D contiguous fp32 or bf16
+        (uint16) array, 0 if it is empty: eight lanes at a time in LLVM vector IR, then one
+        horizontal maximum, then the last ``n % 8`` elements one by one.  (The same loop in
+        Python-level numba code compiled, for a block of 16 or 32, into a fully unrolled chain
+        of scalar compares: 0.46-0.63 ns an element against 0.14-0.24 here.)"""
+        if not (isinstance(xs, types.Array) and xs.ndim == 1 and xs.layout == "C"
+                and xs.dtype in (types.float32, types.uint16)):
+            return None
+        wide = xs.dtype == types.float32
+
+        def codegen(context, builder, signature, args):
+            i32 = ir.IntType(32)
+            ety = i32 if wide else ir.IntType(16)
+            v8 = ir.VectorType(i32, 8)
+            ary = context.make_array(signature.args[0])(context, builder, value=args[0])
+            n = builder.extract_value(ary.shape, 0)
+            p = builder.bitcast(ary.data, ety.as_pointer())
+            align = 4 if wide else 2
+
+            def absbits(v, ty, c):  # ``c(value)``: that constant of ``ty``
+                if wide:
+                    return builder.and_(v, c(0x7FFFFFFF))
+                return builder.shl(builder.and_(builder.zext(v, ty), c(0x7FFF)), c(16))
+
+            def scalar(value):
+                return ir.Constant(i32, value)
+
+            def lanes(value):
+                return ir.Constant(v8, [value] * 8)
+
+            smax = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(v8, [v8, v8]), "llvm.smax.v8i32")
+            reduce = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(i32, [v8]), "llvm.vector.reduce.smax.v8i32")
+            acc = cgutils.alloca_once_value(builder, lanes(0))
+            three = ir.Constant(n.type, 3)
+            nv = builder.lshr(n, three)
+            with cgutils.for_range(builder, nv) as loop:
+                at = builder.gep(p, [builder.shl(loop.index, three)])
+                v = builder.load(builder.bitcast(at, ir.VectorType(ety, 8).as_pointer()),
+                                 align=align)
+                builder.store(builder.call(smax, [absbits(v, v8, lanes), builder.load(acc)]),
+                              acc)
+            m = cgutils.alloca_once_value(builder, builder.call(reduce, [builder.load(acc)]))
+            one = ir.Constant(n.type, 1)
+            with cgutils.for_range_slice(builder, builder.shl(nv, three), n, one) as (j, _):
+                b = absbits(builder.load(builder.gep(p, [j]), align=align), i32, scalar)
+                cur = builder.load(m)
+                builder.store(builder.select(builder.icmp_signed(">", b, cur), b, cur), m)
+            return builder.load(m)
+
+        return types.int32(xs), codegen
 
     @njit(inline="always", error_model="numpy")
     def _amax_of_bits(m):
