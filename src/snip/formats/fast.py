@@ -6,9 +6,10 @@ many temporaries.  :func:`quantize_fused` does the same arithmetic in one pass f
 per-channel and 1-D block scaling along any axis, on fp32 or bf16 input:
 
 * each parallel task takes a run of blocks (~16 KiB), computes their amaxes (as integer maxima
-  of ``|x|`` bit patterns, which vectorize), their scales (:func:`_block_scale` repeats
-  :mod:`snip.formats.scaling` operation for operation: fp32, e8m0 floor/rceil, NVFP4's e4m3
-  under an fp32 tensor scale -- the latter in a branch-free loop over blocks), and rounds and
+  of ``|x|`` bit patterns, eight lanes at a time in LLVM vector IR: :func:`_max_bits`), their
+  scales (:func:`_block_scale` repeats :mod:`snip.formats.scaling` operation for operation:
+  fp32, e8m0 floor/rceil, NVFP4's e4m3 under an fp32 tensor scale -- the latter in a
+  branch-free loop over blocks), and rounds and
   rescales the run, storing straight into the output (bf16 stores round to nearest even like
   torch): whole blocks of 16, 32 or 128 block by block with scalar scales in loops of constant
   trip count (one branch per size), other blocks of 64 or more block by block, shorter ones
@@ -580,8 +581,9 @@ if AVAILABLE:
     @intrinsic
     def _pow2_up(typingctx, a, emin, emax, off):
         """``2^(e + off)`` for ``e = clamp(floor(log2 |a|), emin, emax + 1)``: the exponent field
-        of ``|a|`` clamped as it stands (``(e + 127) << 23``), then ``off << 23`` added -- four
-        vector instructions where shifting the field down and back up took seven."""
+        of ``|a|`` clamped as it stands (``(e + 127) << 23``), then ``off << 23`` added: five
+        vector instructions in the RNE loop (LLVM splits the add of ``(23 - mbits) << 23`` in
+        two) where shifting the field down and back up took seven."""
         sig = types.float32(types.float32, types.int64, types.int64, types.int64)
 
         def codegen(context, builder, signature, args):
