@@ -411,6 +411,26 @@ def _absbits_max(a):
     return int((bits & 0x7FFFFFFF).max(initial=0))
 
 
+def test_exp2_int_exact_on_its_whole_range():
+    """``_exp2_int(k)`` is fp32 ``2^k`` bit for bit for every k in [-149, 127] (subnormals
+    included), called alone and inside a loop that LLVM vectorizes."""
+    import numba
+    import numpy as np
+
+    ks = np.arange(-149, 128, dtype=np.int64)
+    want = np.ldexp(np.float32(1.0), ks.astype(np.int32)).astype(np.float32)
+    assert [fast._exp2_int(int(k)) for k in ks] == list(want)
+
+    @numba.njit
+    def loop(ks, out):
+        for i in range(ks.shape[0]):
+            out[i] = fast._exp2_int(ks[i])
+
+    out = np.empty(ks.size, np.float32)
+    loop(ks, out)
+    assert np.array_equal(out.view(np.int32), want.view(np.int32))
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_max_bits_equals_numpy(dtype):
     """``_max_bits`` (LLVM vector IR: eight lanes, a horizontal maximum, a scalar tail) equals
