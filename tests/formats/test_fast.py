@@ -411,6 +411,36 @@ def _absbits_max(a):
     return int((bits & 0x7FFFFFFF).max(initial=0))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_block_maxima_equal_numpy(dtype):
+    """``_maxima`` (whole blocks of a multiple of 8 eight at a time by ``_block_maxima``'s
+    shuffle reduction, other blocks and a short last block by ``_max_bits``) equals numpy's
+    per-block maximum of the ``|x|`` bits for blocks of 4-128, 0-19 blocks (every remainder
+    of a group of eight), a short last block or none, and unaligned starts; every block
+    position gets a NaN, an inf and a large negative value in turn."""
+    import numba
+    import numpy as np
+
+    maxima = numba.njit(lambda a, lo, hi, m, k: fast._maxima(a[lo:hi], m, k))
+    g = torch.Generator().manual_seed(5)
+    x = fast._np(torch.randn(20 * 128 + 16, generator=g).to(dtype))
+    specials = fast._np(torch.tensor([float("nan"), float("inf"), -1e30]).to(dtype))
+    for k in (4, 8, 12, 16, 32, 128):
+        for nblk in range(20):
+            for short in (0, 3) if nblk else (0,):
+                n = nblk * k - short
+                for lo in (0, 3):
+                    a = x[lo:lo + n].copy()
+                    if nblk:
+                        for b in range(nblk):
+                            a[min(b * k + b % k, n - 1)] = specials[b % 3]
+                    big = np.concatenate([x[:lo], a, x[lo + n:]])
+                    m = np.full(nblk, -1, np.int32)
+                    maxima(big, lo, lo + n, m, k)
+                    want = [_absbits_max(a[b * k:(b + 1) * k]) for b in range(nblk)]
+                    assert m.tolist() == want, (k, nblk, short, lo)
+
+
 def test_exp2_int_exact_on_its_whole_range():
     """``_exp2_int(k)`` is fp32 ``2^k`` bit for bit for every k in [-149, 127] (subnormals
     included), called alone and inside a loop that LLVM vectorizes."""

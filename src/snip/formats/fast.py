@@ -747,6 +747,59 @@ if AVAILABLE:
             return lambda a, i: (np.int32(a[i]) & np.int32(0x7FFF)) << np.int32(16)
         return lambda a, i: np.float32(a[i]).view(np.int32) & np.int32(0x7FFFFFFF)
 
+    # ---- block maxima of |x| bits, in LLVM vector IR (eight i32 lanes) ----
+
+    _V8 = ir.VectorType(ir.IntType(32), 8)
+
+    def _maxable(xs):
+        """A 1-D contiguous fp32 or bf16 (uint16) array: what the vector IR below reads."""
+        return (isinstance(xs, types.Array) and xs.ndim == 1 and xs.layout == "C"
+                and xs.dtype in (types.float32, types.uint16))
+
+    class _BitsIR:
+        """IR for ``|x|`` bit patterns (:func:`_absbits`) of one array's elements: scalars or
+        eight lanes loaded from element ``at``, and the i32 lane-wise and horizontal maxima."""
+
+        def __init__(self, context, builder, aryty, ary):
+            self.b = builder
+            self.wide = aryty.dtype == types.float32
+            self.ety = ir.IntType(32 if self.wide else 16)
+            arr = context.make_array(aryty)(context, builder, value=ary)
+            self.n = builder.extract_value(arr.shape, 0)
+            self.p = builder.bitcast(arr.data, self.ety.as_pointer())
+            self.align = 4 if self.wide else 2
+            v8 = _V8
+            self.smax = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(v8, [v8, v8]), "llvm.smax.v8i32")
+            self.reduce = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(ir.IntType(32), [v8]),
+                "llvm.vector.reduce.smax.v8i32")
+
+        def _abs(self, v, ty, const):
+            b = self.b
+            if self.wide:
+                return b.and_(v, const(0x7FFFFFFF))
+            return b.shl(b.and_(b.zext(v, ty), const(0x7FFF)), const(16))
+
+        def scalar(self, at):
+            v = self.b.load(self.b.gep(self.p, [at]), align=self.align)
+            return self._abs(v, ir.IntType(32), lambda c: ir.Constant(ir.IntType(32), c))
+
+        def lanes(self, at):
+            ptr = self.b.bitcast(self.b.gep(self.p, [at]), ir.VectorType(self.ety, 8).as_pointer())
+            return self._abs(self.b.load(ptr, align=self.align), _V8,
+                             lambda c: ir.Constant(_V8, [c] * 8))
+
+        def lanes_max(self, start, nvec):
+            """Lane-wise maximum of the ``nvec`` vectors from element ``start`` (zeros if none)."""
+            b = self.b
+            acc = cgutils.alloca_once_value(b, ir.Constant(_V8, [0] * 8))
+            three = ir.Constant(start.type, 3)
+            with cgutils.for_range(b, nvec) as loop:
+                v = self.lanes(b.add(start, b.shl(loop.index, three)))
+                b.store(b.call(self.smax, [v, b.load(acc)]), acc)
+            return b.load(acc)
+
     @intrinsic
     def _max_bits(typingctx, xs):
         """The largest ``|x|`` bit pattern (:func:`_absbits`) of a 1-D contiguous fp32 or bf16
@@ -754,53 +807,85 @@ if AVAILABLE:
         horizontal maximum, then the last ``n % 8`` elements one by one.  (The same loop in
         Python-level numba code compiled, for a block of 16 or 32, into a fully unrolled chain
         of scalar compares: 0.46-0.63 ns an element against 0.14-0.24 here.)"""
-        if not (isinstance(xs, types.Array) and xs.ndim == 1 and xs.layout == "C"
-                and xs.dtype in (types.float32, types.uint16)):
+        if not _maxable(xs):
             return None
-        wide = xs.dtype == types.float32
 
         def codegen(context, builder, signature, args):
-            i32 = ir.IntType(32)
-            ety = i32 if wide else ir.IntType(16)
-            v8 = ir.VectorType(i32, 8)
-            ary = context.make_array(signature.args[0])(context, builder, value=args[0])
-            n = builder.extract_value(ary.shape, 0)
-            p = builder.bitcast(ary.data, ety.as_pointer())
-            align = 4 if wide else 2
-
-            def absbits(v, ty, c):  # ``c(value)``: that constant of ``ty``
-                if wide:
-                    return builder.and_(v, c(0x7FFFFFFF))
-                return builder.shl(builder.and_(builder.zext(v, ty), c(0x7FFF)), c(16))
-
-            def scalar(value):
-                return ir.Constant(i32, value)
-
-            def lanes(value):
-                return ir.Constant(v8, [value] * 8)
-
-            smax = cgutils.get_or_insert_function(
-                builder.module, ir.FunctionType(v8, [v8, v8]), "llvm.smax.v8i32")
-            reduce = cgutils.get_or_insert_function(
-                builder.module, ir.FunctionType(i32, [v8]), "llvm.vector.reduce.smax.v8i32")
-            acc = cgutils.alloca_once_value(builder, lanes(0))
+            ir_ = _BitsIR(context, builder, signature.args[0], args[0])
+            n = ir_.n
             three = ir.Constant(n.type, 3)
             nv = builder.lshr(n, three)
-            with cgutils.for_range(builder, nv) as loop:
-                at = builder.gep(p, [builder.shl(loop.index, three)])
-                v = builder.load(builder.bitcast(at, ir.VectorType(ety, 8).as_pointer()),
-                                 align=align)
-                builder.store(builder.call(smax, [absbits(v, v8, lanes), builder.load(acc)]),
-                              acc)
-            m = cgutils.alloca_once_value(builder, builder.call(reduce, [builder.load(acc)]))
+            acc = ir_.lanes_max(ir.Constant(n.type, 0), nv)
+            m = cgutils.alloca_once_value(builder, builder.call(ir_.reduce, [acc]))
             one = ir.Constant(n.type, 1)
             with cgutils.for_range_slice(builder, builder.shl(nv, three), n, one) as (j, _):
-                b = absbits(builder.load(builder.gep(p, [j]), align=align), i32, scalar)
+                b = ir_.scalar(j)
                 cur = builder.load(m)
                 builder.store(builder.select(builder.icmp_signed(">", b, cur), b, cur), m)
             return builder.load(m)
 
         return types.int32(xs), codegen
+
+    # lanes (i, j) of two vectors -> their maxima, level by level, for 8 vectors -> 8 maxima
+    _PAIRS = (((0, 8, 2, 10, 4, 12, 6, 14), (1, 9, 3, 11, 5, 13, 7, 15)),
+              ((0, 1, 8, 9, 4, 5, 12, 13), (2, 3, 10, 11, 6, 7, 14, 15)),
+              ((0, 1, 2, 3, 8, 9, 10, 11), (4, 5, 6, 7, 12, 13, 14, 15)))
+
+    @intrinsic
+    def _block_maxima(typingctx, xs, m, k):
+        """``m[b] = _max_bits(xs[b * k:(b + 1) * k])`` for every ``b < len(m)``, ``k`` a multiple
+        of 8 and ``xs`` at least ``len(m) * k`` long (the caller checks both): eight blocks at a
+        time, each block's vectors maxed lane-wise, then the eight vectors reduced together by
+        three levels of shuffles and maxima (7 maxima and 14 shuffles for eight blocks, where
+        eight horizontal maxima took about 48 instructions); the last ``len(m) % 8`` blocks one
+        by one.  Blocks of 16 / 32: 0.22 / 0.13 -> 0.08 / 0.07 ns an element (scratch)."""
+        if not (_maxable(xs) and isinstance(m, types.Array) and m.ndim == 1
+                and m.layout == "C" and m.dtype == types.int32
+                and isinstance(k, types.Integer)):
+            return None
+
+        def codegen(context, builder, signature, args):
+            ir_ = _BitsIR(context, builder, signature.args[0], args[0])
+            i64 = ir.IntType(64)
+            ma = context.make_array(signature.args[1])(context, builder, value=args[1])
+            nb = builder.extract_value(ma.shape, 0)
+            pm = builder.bitcast(ma.data, ir.IntType(32).as_pointer())
+            k = context.cast(builder, args[2], signature.args[2], types.int64)
+            three = ir.Constant(i64, 3)
+            nvec = builder.lshr(k, three)
+
+            def pair_max(a, b, lo_hi):
+                lo, hi = (builder.shuffle_vector(a, b, ir.Constant(_V8, list(ix)))
+                          for ix in lo_hi)
+                return builder.call(ir_.smax, [lo, hi])
+
+            ngroups = builder.lshr(nb, three)
+            with cgutils.for_range(builder, ngroups) as g:
+                b0 = builder.shl(g.index, three)
+                v = [ir_.lanes_max(builder.mul(builder.add(b0, ir.Constant(i64, j)), k), nvec)
+                     for j in range(8)]
+                for lo_hi in _PAIRS:
+                    v = [pair_max(v[2 * j], v[2 * j + 1], lo_hi) for j in range(len(v) // 2)]
+                builder.store(v[0], builder.bitcast(builder.gep(pm, [b0]), _V8.as_pointer()),
+                              align=4)
+            one = ir.Constant(i64, 1)
+            with cgutils.for_range_slice(builder, builder.shl(ngroups, three), nb, one) as (b, _):
+                last = builder.call(ir_.reduce, [ir_.lanes_max(builder.mul(b, k), nvec)])
+                builder.store(last, builder.gep(pm, [b]))
+            return context.get_dummy_value()
+
+        return types.none(xs, m, k), codegen
+
+    @njit(inline="always", error_model="numpy")
+    def _maxima(xs, m, k):
+        """``m[b]`` = the ``|x|`` bit maximum of block ``b`` of ``k`` consecutive elements of
+        ``xs`` (the last block may be short) for every ``b < len(m)``: whole blocks of a
+        multiple of 8 by :func:`_block_maxima`, the rest by :func:`_max_bits`."""
+        n = xs.shape[0]
+        whole = min(m.shape[0], n // k) if k % 8 == 0 else 0
+        _block_maxima(xs[:whole * k], m[:whole], k)
+        for b in range(whole, m.shape[0]):
+            m[b] = _max_bits(xs[b * k:min(n, (b + 1) * k)])
 
     @njit(inline="always", error_model="numpy")
     def _amax_of_bits(m):
@@ -944,9 +1029,7 @@ if AVAILABLE:
         nb = (length + k - 1) // k
         m = np.empty(nrows * nb, np.int32)
         for i in range(nrows):
-            for b in range(nb):
-                lo = i * length + b * k
-                m[i * nb + b] = _max_bits(xs[lo:i * length + min(length, (b + 1) * k)])
+            _maxima(xs[i * length:(i + 1) * length], m[i * nb:(i + 1) * nb], k)
         enc = np.empty(nrows * nb, np.float32)
         dec = np.empty(nrows * nb, np.float32)
         _scales(m, enc, dec, sfmt, pow2, emax_elem, maxn, mul, t_dec)
@@ -1086,10 +1169,8 @@ if AVAILABLE:
              emin, emax, maxne, step, inv_step, sr, k0, k1):
         """``nblk`` consecutive blocks of ``k`` (the last may be short): their amaxes, then
         :func:`_round_run`."""
-        n = xs.shape[0]
         m = np.empty(nblk, np.int32)
-        for b in range(nblk):
-            m[b] = _max_bits(xs[b * k:min(n, (b + 1) * k)])
+        _maxima(xs, m, k)
         _round_run(xs, os_, k, nblk, base, m, sfmt, pow2, emax_elem, maxn, mul, t_dec, is_int,
                    mbits, emin, emax, maxne, step, inv_step, sr, k0, k1)
 
@@ -1275,8 +1356,7 @@ if AVAILABLE:
         for g in prange(ng):
             b0 = g * group
             b1 = min(nb, b0 + group)
-            for b in range(b0, b1):
-                bmax[b] = _max_bits(x[b * k:(b + 1) * k])
+            _maxima(x[b0 * k:b1 * k], bmax[b0:b1], k)
             best = np.int32(0)
             top = np.int32(0)
             for b in range(b0, b1):
