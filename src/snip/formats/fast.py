@@ -6,18 +6,18 @@ many temporaries.  :func:`quantize_fused` does the same arithmetic in one pass f
 per-channel and 1-D block scaling along any axis, on fp32 or bf16 input:
 
 * each parallel task takes a run of blocks (~16 KiB), computes their amaxes (as integer maxima
-  of ``|x|`` bit patterns, eight lanes at a time in LLVM vector IR: :func:`_max_bits`), their
+  of ``|x|`` bit patterns in LLVM vector IR, eight blocks at a time: :func:`_maxima`), their
   scales (:func:`_block_scale` repeats :mod:`snip.formats.scaling` operation for operation:
-  fp32, e8m0 floor/rceil, NVFP4's e4m3 under an fp32 tensor scale -- the latter in a
-  branch-free loop over blocks), and rounds and
-  rescales the run, storing straight into the output (bf16 stores round to nearest even like
-  torch): whole blocks of 16, 32 or 128 block by block with scalar scales in loops of constant
-  trip count (one branch per size), other blocks of 64 or more block by block, shorter ones
-  after broadcasting the scales into L1 (one straight vectorized loop); rows shorter than half
-  a run with blocks of 64 or more (1x128 blocks over a 64-wide row) go several rows a task
-  (:func:`_fused_short_rows`), not one task and three allocations per row.  Per-tensor scaling
-  and NVFP4 read the input twice (the tensor amax first); NVFP4's first pass also stores every
-  block's maximum, so the second pass only computes scales and rounds;
+  fp32, e8m0 floor/rceil, NVFP4's e4m3 under an fp32 tensor scale -- the latter two in
+  branch-free loops over blocks), and rounds and rescales the run, storing straight into the
+  output (bf16 stores round to nearest even like torch): whole blocks of 16, 32 or 128 block by
+  block with scalar scales in loops of constant trip count (one branch per size), other blocks
+  of 64 or more block by block, shorter ones after broadcasting the scales into L1 (one straight
+  vectorized loop); rows shorter than half a run with blocks of 64 or more (1x128 blocks over a
+  64-wide row) go several rows a task (:func:`_fused_short_rows`), not one task and three
+  allocations per row.  Per-tensor scaling and NVFP4 read the input twice (the tensor amax
+  first); NVFP4's first pass also stores every block's maximum, so the second pass only computes
+  scales and rounds;
 * blocks along a middle axis (axis 0 of a matrix: the weight-gradient operands) are handled
   without a transpose: a task takes ``k`` rows and keeps one scale per column; 2-D weight tiles
   (NVFP4 16x16, 128x128) likewise, one row of tiles per task (round-to-nearest-even only);
@@ -681,7 +681,7 @@ if AVAILABLE:
     def _exp2_int(k):
         """Exact fp32 2^k for integer k in [-149, 127]: both bit patterns (normal, subnormal)
         and a select, not a branch, so that the e8m0 scales' loop over blocks vectorizes (MX
-        kernels 5-10 % faster; the subnormal one's shift is clamped so that both are
+        kernels 2-10 % faster; the subnormal one's shift is clamped so that both are
         defined)."""
         sub = np.int32(1) << np.int32(min(max(k + 149, 0), 31))
         return np.int32(np.int32((k + 127) << 23) if k >= -126 else sub).view(np.float32)
@@ -768,11 +768,10 @@ if AVAILABLE:
             self.n = builder.extract_value(arr.shape, 0)
             self.p = builder.bitcast(arr.data, self.ety.as_pointer())
             self.align = 4 if self.wide else 2
-            v8 = _V8
             self.smax = cgutils.get_or_insert_function(
-                builder.module, ir.FunctionType(v8, [v8, v8]), "llvm.smax.v8i32")
+                builder.module, ir.FunctionType(_V8, [_V8, _V8]), "llvm.smax.v8i32")
             self.reduce = cgutils.get_or_insert_function(
-                builder.module, ir.FunctionType(ir.IntType(32), [v8]),
+                builder.module, ir.FunctionType(ir.IntType(32), [_V8]),
                 "llvm.vector.reduce.smax.v8i32")
 
         def _abs(self, v, ty, const):
@@ -838,7 +837,7 @@ if AVAILABLE:
         time, each block's vectors maxed lane-wise, then the eight vectors reduced together by
         three levels of shuffles and maxima (7 maxima and 14 shuffles for eight blocks, where
         eight horizontal maxima took about 48 instructions); the last ``len(m) % 8`` blocks one
-        by one.  Blocks of 16 / 32: 0.22 / 0.13 -> 0.08 / 0.07 ns an element (scratch)."""
+        by one.  NVFP4's first pass over blocks of 16: 0.35 -> 0.16 ns an element."""
         if not (_maxable(xs) and isinstance(m, types.Array) and m.ndim == 1
                 and m.layout == "C" and m.dtype == types.int32
                 and isinstance(k, types.Integer)):
