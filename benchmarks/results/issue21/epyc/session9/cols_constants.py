@@ -11,10 +11,9 @@ of 32 rows, e8m0 scales), each checked bit for bit against the real kernel, time
     PYTHONPATH=src python benchmarks/results/issue21/epyc/session9/cols_constants.py
 """
 
-import time
-
 import numba
 import numpy as np
+from kernels import best  # (this folder's kernels.py: the script's own folder is on sys.path)
 from numba import njit, prange
 
 from snip.formats import fast
@@ -91,18 +90,6 @@ def branch_free(x, out, length, inner, k, emax_elem, mbits, emin, emax, maxne):
         enc, dec = np.empty(inner, np.float32), np.empty(inner, np.float32)
         _e8m0_scales(m, enc, dec, emax_elem)
         _round_rows(x, out, l0, l1, inner, enc, dec, mbits, emin, emax, maxne)
-
-
-def best(f, n: int = 300) -> float:
-    for _ in range(20):
-        f()
-    out = float("inf")
-    for _ in range(7):
-        t = time.perf_counter()
-        for _ in range(n):
-            f()
-        out = min(out, (time.perf_counter() - t) / n)
-    return out
 
 
 def main() -> None:
