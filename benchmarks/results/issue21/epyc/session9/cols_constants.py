@@ -8,6 +8,10 @@ of 32 rows, e8m0 scales), each checked bit for bit against the real kernel, time
 - ``runtime``: the same code with them as arguments, as the real kernel takes them;
 - ``branch_free``: ``runtime`` with the e8m0 scales' ``2^k`` computed without a branch.
 
+RESULTS §7t quotes a run on ``756b795a``.  From ``759f2b99`` on, ``fast._scales`` itself has
+the branch-free ``2^k``, so there ``runtime`` already includes the fix and sits near
+``branch_free``.
+
     PYTHONPATH=src python benchmarks/results/issue21/epyc/session9/cols_constants.py
 """
 
