@@ -578,6 +578,17 @@ if AVAILABLE:
     # ---- the element grid's step, in i32 (numba would widen the exponent arithmetic to i64,
     # which costs more vector instructions than the rounding itself) ----
 
+    def _binade_field_ir(builder, x, lo, hi):
+        """The exponent field of fp32 ``x`` (sign ignored) clamped to that of ``2^lo`` ..
+        ``2^(hi + 1)``: ``(e + 127) << 23`` for ``e = clamp(floor(log2 |x|), lo, hi + 1)``, i32."""
+        i32 = ir.IntType(32)
+        sh = ir.Constant(i32, 23)
+        ef = builder.and_(builder.bitcast(x, i32), ir.Constant(i32, 0x7F800000))
+        lo32 = builder.shl(builder.add(builder.trunc(lo, i32), ir.Constant(i32, 127)), sh)
+        hi32 = builder.shl(builder.add(builder.trunc(hi, i32), ir.Constant(i32, 128)), sh)
+        ef = builder.select(builder.icmp_signed("<", ef, lo32), lo32, ef)
+        return builder.select(builder.icmp_signed(">", ef, hi32), hi32, ef)
+
     @intrinsic
     def _pow2_up(typingctx, a, emin, emax, off):
         """``2^(e + off)`` for ``e = clamp(floor(log2 |a|), emin, emax + 1)``: the exponent field
@@ -587,15 +598,9 @@ if AVAILABLE:
         sig = types.float32(types.float32, types.int64, types.int64, types.int64)
 
         def codegen(context, builder, signature, args):
-            i32 = ir.IntType(32)
             x, lo, hi, c = args
-            sh = ir.Constant(i32, 23)
-            ef = builder.and_(builder.bitcast(x, i32), ir.Constant(i32, 0x7F800000))
-            lo32 = builder.shl(builder.add(builder.trunc(lo, i32), ir.Constant(i32, 127)), sh)
-            hi32 = builder.shl(builder.add(builder.trunc(hi, i32), ir.Constant(i32, 128)), sh)
-            ef = builder.select(builder.icmp_signed("<", ef, lo32), lo32, ef)
-            ef = builder.select(builder.icmp_signed(">", ef, hi32), hi32, ef)
-            k = builder.add(ef, builder.shl(builder.trunc(c, i32), sh))
+            ef = _binade_field_ir(builder, x, lo, hi)
+            k = builder.add(ef, builder.shl(builder.trunc(c, ef.type), ir.Constant(ef.type, 23)))
             return builder.bitcast(k, ir.FloatType())
 
         return sig, codegen
@@ -611,13 +616,8 @@ if AVAILABLE:
         def codegen(context, builder, signature, args):
             i32, f32 = ir.IntType(32), ir.FloatType()
             x, lo, hi, mb = args
-            sh = ir.Constant(i32, 23)
-            ef = builder.and_(builder.bitcast(x, i32), ir.Constant(i32, 0x7F800000))
-            lo32 = builder.shl(builder.add(builder.trunc(lo, i32), ir.Constant(i32, 127)), sh)
-            hi32 = builder.shl(builder.add(builder.trunc(hi, i32), ir.Constant(i32, 128)), sh)
-            ef = builder.select(builder.icmp_signed("<", ef, lo32), lo32, ef)
-            ef = builder.select(builder.icmp_signed(">", ef, hi32), hi32, ef)
-            m = builder.shl(builder.trunc(mb, i32), sh)
+            ef = _binade_field_ir(builder, x, lo, hi)
+            m = builder.shl(builder.trunc(mb, i32), ir.Constant(i32, 23))
             dn = builder.sub(builder.add(ir.Constant(i32, 254 << 23), m), ef)
             up = builder.sub(ef, m)
             return context.make_tuple(builder, signature.return_type,
