@@ -416,8 +416,9 @@ def test_block_maxima_equal_numpy(dtype):
     """``_maxima`` (whole blocks of a multiple of 8 eight at a time by ``_block_maxima``'s
     shuffle reduction, other blocks and a short last block by ``_max_bits``) equals numpy's
     per-block maximum of the ``|x|`` bits for blocks of 4-128, 0-19 blocks (every remainder
-    of a group of eight), a short last block or none, and unaligned starts; every block
-    position gets a NaN, an inf and a large negative value in turn."""
+    of a group of eight), a short last block or none, and unaligned starts; each block holds a
+    NaN, an inf or a large negative value (in turn), at a place that moves from block to
+    block."""
     import numba
     import numpy as np
 
