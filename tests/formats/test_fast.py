@@ -1,5 +1,6 @@
 """The fused numba path is bit-identical to the PyTorch path (which the other tests pin)."""
 
+import itertools
 import os
 
 import pytest
@@ -165,6 +166,45 @@ def test_kernel_for_picks_each_kernel(monkeypatch):
     assert fast.kernel_for(x, bf16, R.RNE) is fast.kernel_for(x, mx, R.RNE) is K.NONE
     monkeypatch.setenv("SNIP_FAST", "1")
     assert fast.kernel_for(x, mx, R.RNE) is K.FUSED
+
+
+def test_planned_is_kernel_for_and_quantize_in_one_call(monkeypatch):
+    """``planned``, the GEMM operands' entry: a call exactly where ``kernel_for`` picks a kernel
+    (remembered per kind; the device and ``SNIP_FAST`` still read on every call), whose result
+    is ``quantize``'s in the asked dtype, bit for bit, with the same object ``quantize_fused``
+    runs for that kind."""
+    R = fast.Rounding
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(64, 96, generator=g) * 3
+    x[1, 5] = float("nan")
+    specs = [get_spec(n) for n in ("bf16", "mxfp4", "nvfp4", "fp8_e4m3", "fp32")]
+    specs.append(get_spec("fp4_e2m1_tile128").for_weight())
+    for spec, axis, rounding, src, dtype in itertools.product(
+            specs, (-1, 0), (R.RNE, R.STOCHASTIC), (x, x.bfloat16(), x[:0]),
+            (torch.float32, torch.bfloat16)):
+        call = fast.planned(src, spec, axis, rounding, dtype)
+        kernel = fast.kernel_for(src, spec, rounding)
+        widens = (src.dtype, dtype) == (torch.bfloat16, torch.float32)  # quantize: bf16, then
+        assert (call is None) == (kernel is fast.Kernel.NONE or widens), (spec.name, rounding)
+        assert fast.planned(src, spec, axis, rounding, dtype) is call
+        if call is None:
+            continue
+        want = quantize(src, spec, axis=axis, rounding=rounding, generator=11, dtype=dtype)
+        got = call(src, 11)
+        assert got.dtype == dtype and torch.equal(got.float().nan_to_num(7.0),
+                                                  want.float().nan_to_num(7.0))
+        assert torch.equal(got.isnan(), want.isnan())
+        if kernel is fast.Kernel.FUSED:  # quantize_fused's call of that kind is this one
+            assert fast._PLANS[(spec, src.shape, axis, rounding is R.STOCHASTIC, None, src.dtype,
+                                dtype)] is call
+    mx = get_spec("mxfp4")
+    assert fast.planned(x.to("meta"), mx, -1, R.RNE, torch.float32) is None  # same kind, not CPU
+    assert fast.planned(x.reshape(2, 32, 96), get_spec("nvfp4").for_weight(), -1, R.RNE,
+                        torch.float32) is None  # tiles: matrices only
+    monkeypatch.setenv("SNIP_FAST", "0")
+    assert fast.planned(x, mx, -1, R.RNE, torch.float32) is None
+    monkeypatch.setenv("SNIP_FAST", "1")
+    assert fast.planned(x, mx, -1, R.RNE, torch.float32) is not None
 
 
 def test_env_reader_follows_os_environ(monkeypatch):

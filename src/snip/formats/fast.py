@@ -35,6 +35,10 @@ per-channel and 1-D block scaling along any axis, on fp32 or bf16 input:
   the quantization takes in this project's VMs, and library users do not call
   ``snip.runtime.tune_malloc()``.
 
+Everything a call needs besides the data is worked out once per kind of call (spec, shape, axis,
+rounding, dtypes) and kept (:class:`_FusedCall`); :func:`planned` keeps the choice of kernel
+with it, so that a GEMM operand's call is one look-up before the kernel runs.
+
 The older two-pass kernels (``_amax_rows``/``_quant_rows``/``_quant_cols``) still serve
 :func:`snip.formats.encode` and stochastically rounded 2-D weight tiles.  All arithmetic is
 fp32 (``np.float32`` constants everywhere: a Python float literal would promote to float64 and
@@ -1738,14 +1742,23 @@ def kernel_for(x: torch.Tensor, spec: QuantSpec, rounding: Rounding | None) -> K
     """The kernel for ``quantize(x, spec, rounding=rounding)`` on this input: one dictionary
     look-up for the spec's part, then the input's dtype, device and shape (the two callers,
     :func:`snip.formats.quantize` and the GEMM operands, make this choice on every call)."""
+    if not x.is_cpu or x.numel() == 0 or not enabled():
+        return Kernel.NONE
+    return _static_kernel(spec, rounding, x.dtype, x.dim())
+
+
+def _static_kernel(spec: QuantSpec, rounding: Rounding | None, dtype: torch.dtype,
+                   dim: int) -> Kernel:
+    """:func:`kernel_for` for a non-empty CPU input with the kernels enabled: what the spec,
+    the rounding and the input's dtype and dimension decide."""
     kind = _SPEC_KERNEL.get((spec, rounding))
     if kind is None:
         kind = _SPEC_KERNEL[(spec, rounding)] = _spec_kernel(spec, rounding)
-    if kind == 0 or not x.is_cpu or x.numel() == 0 or not enabled():
+    if kind == 0:
         return Kernel.NONE
     if kind == _BF16:
-        return Kernel.BF16 if x.dtype == torch.float32 else Kernel.NONE
-    if x.dtype not in _IO_DTYPES or x.dim() == 0 or (kind == _RNE_MATRIX and x.dim() != 2):
+        return Kernel.BF16 if dtype == torch.float32 else Kernel.NONE
+    if dtype not in _IO_DTYPES or dim == 0 or (kind == _RNE_MATRIX and dim != 2):
         return Kernel.NONE
     return Kernel.FUSED
 
@@ -1893,50 +1906,128 @@ def quantize_fused(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Roundi
     store rounds as torch.  ``generator``: a generator, an int seed (the key
     :func:`~snip.formats.cast.seed_key` gives, as ``quantize`` would draw it) or ``None`` (the
     global RNG).  Everything a call needs besides the data and the SR key is worked out once per
-    (spec, shape, axis, rounding, counters) (:func:`_plan`).
+    (spec, shape, axis, rounding, counters, dtypes) (:class:`_FusedCall`).
     """
-    src = x
-    x = x.contiguous()
+    dtype = dtype or x.dtype
     sr = rounding is Rounding.STOCHASTIC
-    key = (spec, x.shape, axis, sr, None if counters is DEFAULT_COUNTERS else counters)
-    entry = _PLANS.get(key)
-    if entry is None:  # (a known key has a valid axis)
-        if not -x.dim() <= axis < x.dim():
-            raise ValueError(f"axis {axis} is out of range for a {x.dim()}-D tensor")
-        if len(_PLANS) >= _PLANS_MAX:
-            _PLANS.clear()
-        entry = _PLANS[key] = (_plan(spec, tuple(x.shape), axis % x.dim(), sr, counters),
-                               _ThreadChoice(), spec.scale_format is ScaleFormat.E4M3)
-    run, choice, nvfp4 = entry
-    timed = choice.threads(x.numel())
-    out = empty_like(x, dtype)
-    if not sr:
-        k0 = k1 = 0
-    elif isinstance(generator, int) and not isinstance(generator, bool):
-        k0, k1 = seed_key(generator)
-    else:
-        k0, k1 = draw_key(generator)
-    t = 0.0 if timed is None else time.perf_counter()
-    if not nvfp4:
-        run(_np(x), _np(out), k0, k1)
-    elif not reuse_amax or src.is_inference():  # (an inference tensor has no version counter)
-        run(_np(x), _np(out), k0, k1, None)
-    else:
-        kept = getattr(src, _AMAX_ATTR, None)
-        known = kept[1] if kept is not None and kept[0] == src._version else None
-        amax = run(_np(x), _np(out), k0, k1, known)
-        if known is None and amax is not None:
-            setattr(src, _AMAX_ATTR, (src._version, amax))
-    if timed is not None:
-        choice.record(timed, time.perf_counter() - t)
-    return out
+    key = (spec, x.shape, axis, sr, None if counters is DEFAULT_COUNTERS else counters,
+           x.dtype, dtype)
+    call = _PLANS.get(key)
+    if call is None:
+        call = _fused_call(key, x, spec, axis, sr, counters, dtype)
+    return call(x, generator, reuse_amax)
+
+
+def _fused_call(key: tuple, x: torch.Tensor, spec: QuantSpec, axis: int, sr: bool,
+                counters: Counters, dtype: torch.dtype) -> _FusedCall:
+    """The :class:`_FusedCall` for ``key``, made and kept in :data:`_PLANS`."""
+    if not -x.dim() <= axis < x.dim():
+        raise ValueError(f"axis {axis} is out of range for a {x.dim()}-D tensor")
+    if len(_PLANS) >= _PLANS_MAX:
+        _PLANS.clear()
+    run = _plan(spec, tuple(x.shape), axis % x.dim(), sr, counters)
+    call = _PLANS[key] = _FusedCall(run, x, dtype, sr, spec.scale_format is ScaleFormat.E4M3)
+    return call
+
+
+class _FusedCall:
+    """One kind of :func:`quantize_fused` call (spec, shape, axis, rounding, counters, input
+    and output dtypes): the planned kernel run (:func:`_plan`), its thread choice, and how its
+    output is allocated, all decided when the kind is first seen.  Calling it with the input
+    (of that shape and dtype), the SR generator or seed, and ``reuse_amax`` quantizes."""
+
+    __slots__ = ("run", "choice", "n", "dtype", "plain", "sr", "nvfp4")
+
+    def __init__(self, run: _Run, x: torch.Tensor, dtype: torch.dtype, sr: bool,
+                 nvfp4: bool) -> None:
+        self.run, self.choice, self.n, self.dtype = run, _ThreadChoice(), x.numel(), dtype
+        # a small output of the input's dtype: torch.empty_like of the contiguous input
+        self.plain = dtype == x.dtype and self.n * dtype.itemsize < _CACHE_MIN
+        self.sr, self.nvfp4 = sr, nvfp4
+
+    def __call__(self, x: torch.Tensor, generator: torch.Generator | int | None,
+                 reuse_amax: bool = False) -> torch.Tensor:
+        src = x
+        x = x.contiguous()
+        timed = self.choice.threads(self.n)
+        out = torch.empty_like(x) if self.plain else empty_like(x, self.dtype)
+        if not self.sr:
+            k0 = k1 = 0
+        elif isinstance(generator, int) and not isinstance(generator, bool):
+            k0, k1 = seed_key(generator)
+        else:
+            k0, k1 = draw_key(generator)
+        t = 0.0 if timed is None else time.perf_counter()
+        run = self.run
+        if not self.nvfp4:
+            run(_np(x), _np(out), k0, k1)
+        elif not reuse_amax or src.is_inference():  # (an inference tensor has no version counter)
+            run(_np(x), _np(out), k0, k1, None)
+        else:
+            kept = getattr(src, _AMAX_ATTR, None)
+            known = kept[1] if kept is not None and kept[0] == src._version else None
+            amax = run(_np(x), _np(out), k0, k1, known)
+            if known is None and amax is not None:
+                setattr(src, _AMAX_ATTR, (src._version, amax))
+        if timed is not None:
+            self.choice.record(timed, time.perf_counter() - t)
+        return out
+
+
+class _Bf16Call:
+    """:func:`round_bf16` into one output dtype, called as a :class:`_FusedCall` is."""
+
+    __slots__ = ("dtype",)
+
+    def __init__(self, dtype: torch.dtype) -> None:
+        self.dtype = dtype
+
+    def __call__(self, x: torch.Tensor, generator: torch.Generator | int | None,
+                 reuse_amax: bool = False) -> torch.Tensor:
+        return round_bf16(x, self.dtype)
+
+
+def planned(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Rounding,
+            dtype: torch.dtype) -> _FusedCall | _Bf16Call | None:
+    """The one-pass kernel call for ``quantize(x, spec, axis=axis, rounding=rounding)``
+    stored in ``dtype`` (``x``'s, or bf16 for fp32 ``x``; default SR counters), or ``None``
+    where none applies (then the caller
+    takes :func:`snip.formats.quantize`'s general path).  Call the result with ``x``, the SR
+    seed or generator and ``reuse_amax`` (:func:`quantize_fused`).
+
+    The GEMM operands' entry: the choice :func:`kernel_for` makes and the plan
+    :func:`quantize_fused` looks up are kept together per (spec, shape, axis, rounding,
+    dtypes), so that a call in a training step costs one dictionary look-up here and the
+    device and ``SNIP_FAST`` checks (about 6 us less than those two functions one after the
+    other, RESULTS §7v)."""
+    sr = rounding is Rounding.STOCHASTIC
+    key = (spec, x.shape, axis, sr, x.dtype, dtype)
+    call = _CALLS.get(key)
+    if call is None:
+        call = False
+        # stored in x's dtype, or fp32 data stored in bf16 (a rounding at the store)
+        stores = dtype == x.dtype or (x.dtype, dtype) == (torch.float32, torch.bfloat16)
+        kernel = Kernel.NONE if x.numel() == 0 or not stores else _static_kernel(
+            spec, rounding, x.dtype, x.dim())
+        if kernel is Kernel.BF16:
+            call = _Bf16Call(dtype)
+        elif kernel is Kernel.FUSED:
+            fkey = (spec, x.shape, axis, sr, None, x.dtype, dtype)
+            call = _PLANS.get(fkey) or _fused_call(fkey, x, spec, axis, sr, DEFAULT_COUNTERS,
+                                                   dtype)
+        if len(_CALLS) >= _PLANS_MAX:
+            _CALLS.clear()
+        _CALLS[key] = call
+    return call if call and x.is_cpu and enabled() else None
 
 
 # (x, out, SR key words) -> None; NVFP4's runs take one more argument, the tensor amax if known,
 # and return the one they computed where the tensor holds no NaN/inf (else None)
 _Run = Callable[..., np.float32 | None]
-_PLANS: dict[tuple, tuple[_Run, _ThreadChoice, bool]] = {}
+_PLANS: dict[tuple, _FusedCall] = {}  # quantize_fused's calls by kind
 _PLANS_MAX = 4096  # distinct calls remembered (a training run makes a few dozen)
+# planned's choice by kind: the call, or False (no one-pass kernel)
+_CALLS: dict[tuple, _FusedCall | _Bf16Call | bool] = {}
 _Z = np.float32(0)
 _AMAX_ATTR = "_snip_nvfp4_amax"  # (version, tensor amax) kept on a tensor (``reuse_amax``)
 

@@ -211,12 +211,10 @@ def quantize_operand(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Roun
     if spec.is_identity:
         return x
     out = torch.bfloat16 if bf16 else torch.float32
-    kernel = fast.kernel_for(x, spec, rounding)
-    if kernel is fast.Kernel.BF16:  # the bf16 preset: one pass, no block layout
-        return fast.round_bf16(x, out)
-    if kernel is fast.Kernel.FUSED and tokens is None:  # what quantize() calls, directly
-        return fast.quantize_fused(x, spec, axis, rounding, seed, dtype=out,
-                                   reuse_amax=activation)
+    if tokens is None:  # what quantize() would call, directly
+        call = fast.planned(x, spec, axis, rounding, out)
+        if call is not None:
+            return call(x, seed, activation)
     gen = seed if rounding is Rounding.STOCHASTIC else None
     return quantize(x, spec, axis=axis, rounding=rounding, generator=gen, shard=tokens,
                     dtype=out)
