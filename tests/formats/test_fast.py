@@ -184,7 +184,8 @@ def test_planned_is_kernel_for_and_quantize_in_one_call(monkeypatch):
             (torch.float32, torch.bfloat16)):
         call = fast.planned(src, spec, axis, rounding, dtype)
         kernel = fast.kernel_for(src, spec, rounding)
-        widens = (src.dtype, dtype) == (torch.bfloat16, torch.float32)  # quantize: bf16, then
+        # quantize() rounds bf16 data in bf16 and only then widens it: no one-pass call
+        widens = (src.dtype, dtype) == (torch.bfloat16, torch.float32)
         assert (call is None) == (kernel is fast.Kernel.NONE or widens), (spec.name, rounding)
         assert fast.planned(src, spec, axis, rounding, dtype) is call
         if call is None:
