@@ -1991,9 +1991,9 @@ def planned(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Rounding,
             dtype: torch.dtype) -> _FusedCall | _Bf16Call | None:
     """The one-pass kernel call for ``quantize(x, spec, axis=axis, rounding=rounding)``
     stored in ``dtype`` (``x``'s, or bf16 for fp32 ``x``; default SR counters), or ``None``
-    where none applies (then the caller
-    takes :func:`snip.formats.quantize`'s general path).  Call the result with ``x``, the SR
-    seed or generator and ``reuse_amax`` (:func:`quantize_fused`).
+    where none applies (then the caller takes :func:`snip.formats.quantize`'s general path).
+    Call the result with ``x``, the SR seed or generator and ``reuse_amax``
+    (:func:`quantize_fused`).
 
     The GEMM operands' entry: the choice :func:`kernel_for` makes and the plan
     :func:`quantize_fused` looks up are kept together per (spec, shape, axis, rounding,
