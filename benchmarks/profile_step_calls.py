@@ -14,7 +14,11 @@ and the other layers run between them.  For one model and preset, in one process
    code.
 2. **Each kind of call** (shape, axis, rounding): its wall time inside the step and that of its
    numba kernel alone (``_fused_rows`` / ``_fused_cols`` wrapped), against the same call repeated
-   on its own on the same operand (warm caches), medians; per step, the sums.
+   on its own on the same operand (warm caches), medians; per step, the sums.  The in-step
+   times include this script's timing wrapper and the cold caches a call meets where it runs;
+   they are not what moving or batching the calls would save (quantizing all weights in one
+   loop at the start of the step saved nothing, RESULTS §7v): read part 1 for the calls'
+   share of the step.
 
     PYTHONPATH=src python benchmarks/profile_step_calls.py --model tiny-deep --preset mxfp4
 """
