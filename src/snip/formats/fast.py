@@ -1920,7 +1920,11 @@ def quantize_fused(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Roundi
 
 def _fused_call(key: tuple, x: torch.Tensor, spec: QuantSpec, axis: int, sr: bool,
                 counters: Counters, dtype: torch.dtype) -> _FusedCall:
-    """The :class:`_FusedCall` for ``key``, made and kept in :data:`_PLANS`."""
+    """The :class:`_FusedCall` for ``key`` (:func:`quantize_fused`'s key of the other
+    arguments), from :data:`_PLANS` or made and kept there."""
+    call = _PLANS.get(key)
+    if call is not None:
+        return call
     if not -x.dim() <= axis < x.dim():
         raise ValueError(f"axis {axis} is out of range for a {x.dim()}-D tensor")
     if len(_PLANS) >= _PLANS_MAX:
@@ -2012,9 +2016,8 @@ def planned(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Rounding,
         if kernel is Kernel.BF16:
             call = _Bf16Call(dtype)
         elif kernel is Kernel.FUSED:
-            fkey = (spec, x.shape, axis, sr, None, x.dtype, dtype)
-            call = _PLANS.get(fkey) or _fused_call(fkey, x, spec, axis, sr, DEFAULT_COUNTERS,
-                                                   dtype)
+            call = _fused_call((spec, x.shape, axis, sr, None, x.dtype, dtype), x, spec, axis,
+                               sr, DEFAULT_COUNTERS, dtype)
         if len(_CALLS) >= _PLANS_MAX:
             _CALLS.clear()
         _CALLS[key] = call
