@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from snip.formats import PRESETS, get_spec, quantize
+from snip.formats import PRESETS, Rounding, RowShard, fast, get_spec, quantize
 from snip.nn import GemmConfig, GemmSpecs, SavedBytes, SaveMode, quantized_linear, weight_reusable
 from snip.nn.gemm import matmul
 from snip.nn.native import sqnr_db
@@ -355,3 +355,31 @@ def test_auto_accum_is_decided_once_per_forward(forward, monkeypatch):
         outs.append((xr.grad, wr.grad))
     for a, c in zip(*outs, strict=True):
         assert torch.equal(a, c)
+
+
+@pytest.mark.skipif("not fast.enabled()", reason="fast path off (numba not installed)")
+@pytest.mark.parametrize("axis", [-1, 0])
+@pytest.mark.parametrize("preset", ["mxfp4", "nvfp4", "fp4_e2m1_tensor"])
+def test_tokens_that_are_the_whole_batch_take_the_planned_call(preset, axis, monkeypatch):
+    """``snip train`` in one process places every forward's tokens as the whole batch: their
+    stochastic coins are the unplaced ones, so the operand takes the one planned kernel call
+    (:func:`snip.formats.fast.planned`) with the bits of ``quantize`` unplaced; so does
+    round-to-nearest anywhere (no coins).  A shard elsewhere in the batch draws its own coins
+    through ``quantize``."""
+    import snip.nn.gemm as gemm
+
+    planned = []
+    real = fast.planned
+    monkeypatch.setattr(fast, "planned", lambda *a: planned.append(a[3]) or real(*a))
+    x = torch.randn(96, 64, generator=torch.Generator().manual_seed(3))
+    spec, sr = get_spec(preset), Rounding.STOCHASTIC
+    unplaced = quantize(x, spec, axis=axis, rounding=sr, generator=11)
+    got = gemm.quantize_operand(x, spec, axis, sr, 11, RowShard(0, 96))
+    assert planned == [sr] and torch.equal(got, unplaced)
+    shard = RowShard(96, 288)
+    got = gemm.quantize_operand(x, spec, axis, sr, 11, shard)
+    assert planned == [sr] and not torch.equal(got, unplaced)
+    assert torch.equal(got, quantize(x, spec, axis=axis, rounding=sr, generator=11, shard=shard))
+    got = gemm.quantize_operand(x, spec, axis, Rounding.RNE, 11, shard)
+    assert planned == [sr, Rounding.RNE]
+    assert torch.equal(got, quantize(x, spec, axis=axis, rounding=Rounding.RNE))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from snip.formats import Rounding, fast, get_spec, quantize, replace_spec
+from snip.formats import Rounding, RowShard, fast, get_spec, quantize, replace_spec
 from snip.nn import GemmConfig, GemmSpecs, quantized_linear
 from snip.nn.gemm import grad_reusable, input_reusable
 
@@ -92,12 +92,13 @@ def test_nvfp4_amax_of_x_and_dy_kept_for_wgrad(monkeypatch):
     assert hasattr(x, fast._AMAX_ATTR) and not hasattr(w, fast._AMAX_ATTR)
 
 
-def _shared_input_block(presets, x, ws, dys, seeds=(1, 2, 3)):
+def _shared_input_block(presets, x, ws, dys, seeds=(1, 2, 3), tokens=None):
     """Layers reading one input one after the other (q, k, v), then their backward in reverse:
     each layer's output, and its gradients of the input and of its weight."""
     xg = x.clone().requires_grad_()
     wg = [w.clone().requires_grad_() for w in ws]
-    ys = [quantized_linear(xg, w, None, GemmConfig(specs=GemmSpecs.uniform(p), seed=s, step=4))
+    ys = [quantized_linear(xg, w, None, GemmConfig(specs=GemmSpecs.uniform(p), seed=s, step=4,
+                                                   tokens=tokens))
           for p, w, s in zip(presets, wg, seeds, strict=True)]
     grads = [torch.autograd.grad(ys[i], [xg, wg[i]], dys[i]) for i in reversed(range(len(ys)))]
     return [(y.detach(), *g) for y, g in zip(ys, grads[::-1], strict=True)]
@@ -117,25 +118,27 @@ def _count_input_calls(monkeypatch, shape):
     return calls
 
 
+@pytest.mark.parametrize("tokens", [None, RowShard(96, 288)], ids=["unplaced", "shard"])
 @pytest.mark.parametrize("preset", ["mxfp4", "nvfp4", "fp4_e2m1_tile128", "bf16"])
-def test_layers_sharing_an_input_quantize_it_once(preset, monkeypatch):
+def test_layers_sharing_an_input_quantize_it_once(preset, tokens, monkeypatch):
     """q, k and v read one ``X``: fprop quantizes it once for the three (RNE: the same bits
-    whatever the layer's seed), wgrad once more for the three, and every output and gradient
-    equals the layers run one by one with nothing shared."""
+    whatever the layer's seed, and wherever the tokens sit in a larger batch), wgrad once more
+    for the three, and every output and gradient equals the layers run one by one with nothing
+    shared."""
     import snip.nn.gemm as gemm
     g = torch.Generator().manual_seed(7)
     x = torch.randn(2, 48, 160, generator=g)
     ws = [torch.randn(n, 160, generator=g) / 8 for n in (128, 64, 64)]  # GQA: k, v narrower
     dys = [torch.randn(2, 48, n, generator=g) for n in (128, 64, 64)]
     calls = _count_input_calls(monkeypatch, (96, 160))
-    got = _shared_input_block([preset] * 3, x, ws, dys)
+    got = _shared_input_block([preset] * 3, x, ws, dys, tokens=tokens)
     reuse_x = input_reusable(get_spec(preset), get_spec(preset))  # (bf16: fprop's Q(X) saved)
     assert calls == {-1: 1, 0: 0 if reuse_x else 1}
     monkeypatch.setattr(gemm, "_quantize_input", lambda memo, x, spec, axis, rounding, seed,
                         tokens, bf16: gemm.quantize_operand(x, spec, axis, rounding, seed,
                                                             tokens, bf16=bf16))
     calls.update({-1: 0, 0: 0})
-    want = [_shared_input_block([preset], x, [w], [dy], seeds=(i + 1,))[0]
+    want = [_shared_input_block([preset], x, [w], [dy], seeds=(i + 1,), tokens=tokens)[0]
             for i, (w, dy) in enumerate(zip(ws, dys, strict=True))]
     assert calls == {-1: 3, 0: 0 if reuse_x else 3}
     for layer_got, layer_want in zip(got, want, strict=True):  # (y, dX, dW) of each layer

@@ -146,3 +146,24 @@ def test_precision_accum_bad_value_is_a_one_line_error(tiny: dict, capsys) -> No
     assert main(["train", *_argv({**tiny, "precision.accum": "fp16"})]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "precision.accum" in err[0] and "auto" in err[0]
+
+
+@pytest.mark.parametrize("accum", [1, 2])
+def test_forward_tokens_are_placed_only_when_part_of_the_batch(tiny: dict, accum: int,
+                                                               monkeypatch) -> None:
+    """A micro-batch's tokens are placed in the step's batch (SR coins of the whole batch);
+    a forward over the whole batch is left unplaced, which draws the same coins and keeps each
+    layer's settings, and so its config handle and planned quantizer calls, from step to step."""
+    import snip.train.loop as loop
+    from snip.formats import RowShard
+
+    seen = []
+    real = loop.sync_quant_counters
+    monkeypatch.setattr(loop, "sync_quant_counters",
+                        lambda model, step, tokens=None: seen.append(tokens)
+                        or real(model, step, tokens))
+    train(from_sources(overrides={**tiny, "train.steps": 2, "train.grad_accum": accum,
+                                  "precision.mode": "fixed", "precision.preset": "mxfp4"}))
+    tokens = 4 * 32  # batch_size x seq_len
+    placed = [None] if accum == 1 else [RowShard(0, tokens), RowShard(tokens // 2, tokens)]
+    assert seen == (placed + [None]) * 2  # each step's forwards, then unplaced after it

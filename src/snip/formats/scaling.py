@@ -60,6 +60,11 @@ class RowShard:
             raise ValueError(f"row shard {self}: rows {self.start}..{self.start + rows - 1}"
                              f" do not fit in {self.total}")
 
+    def covers(self, rows: int) -> bool:
+        """True when a tensor of ``rows`` rows is the whole larger one: its coins are then the
+        ones it draws unplaced (default counters)."""
+        return self.start == 0 and self.total == rows
+
 
 @dataclass(frozen=True)
 class BlockLayout:
@@ -89,7 +94,7 @@ class BlockLayout:
             return DEFAULT_COUNTERS
         rows, n = self.shape[0], math.prod(self.shape)
         shard.check(rows)
-        if shard.start == 0 and shard.total == rows:
+        if shard.covers(rows):
             return DEFAULT_COUNTERS
         if self.scaling is Scaling.TENSOR:  # one row, in the original element order
             return Counters(offset=shard.start * (n // max(1, rows)))

@@ -211,7 +211,10 @@ def quantize_operand(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Roun
     if spec.is_identity:
         return x
     out = torch.bfloat16 if bf16 else torch.float32
-    if tokens is None:  # what quantize() would call, directly
+    # tokens only place SR coins, and a shard that is the whole batch draws the unplaced ones
+    # (one process, no accumulation: what `snip train` runs by default)
+    if tokens is None or rounding is not Rounding.STOCHASTIC or tokens.covers(x.shape[0]):
+        # what quantize() would call, directly
         call = fast.planned(x, spec, axis, rounding, out)
         if call is not None:
             return call(x, seed, activation)
@@ -245,9 +248,9 @@ def _quantize_input(memo: _LastInput, x: torch.Tensor, spec: QuantSpec, axis: in
                     bf16: bool) -> torch.Tensor:
     """:func:`quantize_operand` of a token-major input ``X``, taken from ``memo`` when the
     previous layer quantized the same data the same way (RNE only: a stochastic draw depends on
-    the layer's seed; and not for inference tensors, which have no version counter)."""
-    if (rounding is Rounding.STOCHASTIC or tokens is not None or spec.is_identity
-            or x.is_inference()):
+    the layer's seed, and RNE draws no coins, so ``tokens`` does not matter; and not for
+    inference tensors, which have no version counter)."""
+    if rounding is Rounding.STOCHASTIC or spec.is_identity or x.is_inference():
         return quantize_operand(x, spec, axis, rounding, seed, tokens, bf16=bf16, activation=True)
     key = (x.data_ptr(), x.shape, x.stride(), x.dtype, x._version, spec, axis, bf16)
     e = memo.entry

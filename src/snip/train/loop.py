@@ -161,6 +161,13 @@ def sync_quant_counters(model: nn.Module, step: int, tokens: RowShard | None = N
         m.tokens = tokens
 
 
+def _placed(first: int, rows: int, batch: int, seq_len: int) -> RowShard | None:
+    """The tokens of batch rows ``first .. first + rows - 1`` as a shard of the global batch's;
+    ``None`` when they are the whole batch (one process, no accumulation), which draws the same
+    coins and leaves the layers' settings, and so their config handles, unchanged."""
+    return None if rows == batch else RowShard(first * seq_len, batch * seq_len)
+
+
 def local_rows(batch: Batch, dist: distributed.DistInfo) -> Batch:
     """This rank's contiguous share of the global batch."""
     x, y = batch
@@ -381,8 +388,8 @@ class Trainer:
             for m in range(t.grad_accum):
                 xm = x[m * micro:(m + 1) * micro].to(self.device, non_blocking=True)
                 ym = y[m * micro:(m + 1) * micro].to(self.device, non_blocking=True)
-                sync_quant_counters(model, step, RowShard((first_row + m * micro) * t.seq_len,
-                                                          t.batch_size * t.seq_len))
+                sync_quant_counters(model, step, _placed(first_row + m * micro, micro,
+                                                         t.batch_size, t.seq_len))
                 with distributed.gradient_sync(self.engine, m == t.grad_accum - 1):
                     with autocast(self.device, t.bf16):
                         _, loss = self.engine(xm, ym)
