@@ -34,7 +34,9 @@ selves, with the graph breaks and graphs Dynamo counted while compiling the firs
 
 The quantizer kernels are first put in numba's cache by a child process
 (``python -m snip.formats.warm``) and loaded from there, so that every run starts the same way
-(RESULTS §7g); ``--no-warm`` skips that.
+(RESULTS §7g); ``--no-warm`` skips that.  ``--no-autocast`` leaves out the ``bf16_autocast``
+baseline, most of a ``--quick`` run at width 256 on a CPU without native bf16 (13-15x the fp32
+step on an AVX2 EPYC, RESULTS §7w).
 
 Each thread count (``--threads 1 2``) is a separate pass.  The CPU model and flags, the load
 average before and after, and every per-round time are written to
@@ -196,9 +198,9 @@ def batch_for(model_name: str) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def bench_model(name: str, rounds: int, warmup: int, presets: list[str],
-                auto: bool = False) -> dict:
+                auto: bool = False, autocast: bool = True) -> dict:
     batch = batch_for(name)
-    names = ["fp32", "bf16_autocast", "snip_fp32", *presets]
+    names = ["fp32", *(["bf16_autocast"] if autocast else []), "snip_fp32", *presets]
     names += [p + "@auto" for p in presets] if auto else []
     arms = {a: Arm(name, a, batch) for a in names}
     arms["snip_adaptive"] = adaptive = AdaptiveArm(name, batch)
@@ -257,6 +259,9 @@ def main() -> None:
     ap.add_argument("--compile", action="store_true", help="add compiled-vs-eager arms")
     ap.add_argument("--auto", action="store_true",
                     help='add every preset with accum="auto" (bf16 GEMMs where native)')
+    ap.add_argument("--no-autocast", action="store_true",
+                    help="leave out the bf16-autocast baseline (on a CPU without native bf16 "
+                         "it is 6-15x the fp32 step: most of a --quick run at width 256)")
     ap.add_argument("--no-warm", action="store_true",
                     help="do not fill numba's cache first (with an empty NUMBA_CACHE_DIR this "
                          "process then compiles the kernels itself)")
@@ -283,7 +288,8 @@ def main() -> None:
         torch.set_num_threads(threads)
         run: dict = {"models": {}, "compiled": {}}
         for name in args.models:
-            run["models"][name] = bench_model(name, rounds, warmup, args.presets, args.auto)
+            run["models"][name] = bench_model(name, rounds, warmup, args.presets, args.auto,
+                                              not args.no_autocast)
             print_table(f"{name} ({run['models'][name]['tokens_per_step']} tokens/step), "
                         f"{threads} thread(s)", run["models"][name]["arms"])
             ad = run["models"][name]["adaptive"]
