@@ -365,7 +365,8 @@ def test_tokens_that_are_the_whole_batch_take_the_planned_call(preset, axis, mon
     stochastic coins are the unplaced ones, so the operand takes the one planned kernel call
     (:func:`snip.formats.fast.planned`) with the bits of ``quantize`` unplaced; so does
     round-to-nearest anywhere (no coins).  A shard elsewhere in the batch draws its own coins
-    through ``quantize``."""
+    through ``quantize`` (one at the batch's start too: along tokens its counters stride by the
+    whole batch's padded length)."""
     import snip.nn.gemm as gemm
 
     planned = []
@@ -376,10 +377,13 @@ def test_tokens_that_are_the_whole_batch_take_the_planned_call(preset, axis, mon
     unplaced = quantize(x, spec, axis=axis, rounding=sr, generator=11)
     got = gemm.quantize_operand(x, spec, axis, sr, 11, RowShard(0, 96))
     assert planned == [sr] and torch.equal(got, unplaced)
-    shard = RowShard(96, 288)
-    got = gemm.quantize_operand(x, spec, axis, sr, 11, shard)
-    assert planned == [sr] and not torch.equal(got, unplaced)
-    assert torch.equal(got, quantize(x, spec, axis=axis, rounding=sr, generator=11, shard=shard))
+    for shard in (RowShard(0, 192), RowShard(96, 288)):
+        got = gemm.quantize_operand(x, spec, axis, sr, 11, shard)
+        want = quantize(x, spec, axis=axis, rounding=sr, generator=11, shard=shard)
+        assert planned == [sr] and torch.equal(got, want)
+    assert not torch.equal(got, unplaced)
+    with pytest.raises(ValueError, match="do not fit"):  # rows 5..100 of 96
+        gemm.quantize_operand(x, spec, axis, sr, 11, RowShard(5, 96))
     got = gemm.quantize_operand(x, spec, axis, Rounding.RNE, 11, shard)
     assert planned == [sr, Rounding.RNE]
     assert torch.equal(got, quantize(x, spec, axis=axis, rounding=Rounding.RNE))
