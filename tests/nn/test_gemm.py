@@ -361,8 +361,9 @@ def test_auto_accum_is_decided_once_per_forward(forward, monkeypatch):
 @pytest.mark.parametrize("axis", [-1, 0])
 @pytest.mark.parametrize("preset", ["mxfp4", "nvfp4", "fp4_e2m1_tensor"])
 def test_tokens_that_are_the_whole_batch_take_the_planned_call(preset, axis, monkeypatch):
-    """``snip train`` in one process places every forward's tokens as the whole batch: their
-    stochastic coins are the unplaced ones, so the operand takes the one planned kernel call
+    """Tokens placed as the whole batch (what ``snip train`` in one process placed before it
+    left them unplaced) draw the unplaced stochastic coins, so the operand takes the one
+    planned kernel call
     (:func:`snip.formats.fast.planned`) with the bits of ``quantize`` unplaced; so does
     round-to-nearest anywhere (no coins).  A shard elsewhere in the batch draws its own coins
     through ``quantize`` (one at the batch's start too: along tokens its counters stride by the

@@ -211,10 +211,9 @@ def quantize_operand(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Roun
     if spec.is_identity:
         return x
     out = torch.bfloat16 if bf16 else torch.float32
-    # tokens only place SR coins, and a shard that is the whole batch draws the unplaced ones
-    # (one process, no accumulation: what `snip train` runs by default)
+    # tokens only place SR coins, and a shard that is the whole batch draws the unplaced ones:
+    # then the call quantize() would make, directly
     if tokens is None or rounding is not Rounding.STOCHASTIC or tokens.covers(x.shape[0]):
-        # what quantize() would call, directly
         call = fast.planned(x, spec, axis, rounding, out)
         if call is not None:
             return call(x, seed, activation)
