@@ -378,13 +378,14 @@ def test_tokens_that_are_the_whole_batch_take_the_planned_call(preset, axis, mon
     unplaced = quantize(x, spec, axis=axis, rounding=sr, generator=11)
     got = gemm.quantize_operand(x, spec, axis, sr, 11, RowShard(0, 96))
     assert planned == [sr] and torch.equal(got, unplaced)
-    for shard in (RowShard(0, 192), RowShard(96, 288)):
+    middle = RowShard(96, 288)
+    for shard in (RowShard(0, 192), middle):
         got = gemm.quantize_operand(x, spec, axis, sr, 11, shard)
         want = quantize(x, spec, axis=axis, rounding=sr, generator=11, shard=shard)
         assert planned == [sr] and torch.equal(got, want)
-    assert not torch.equal(got, unplaced)
+    assert not torch.equal(got, unplaced)  # (the middle shard's coins)
     with pytest.raises(ValueError, match="do not fit"):  # rows 5..100 of 96
         gemm.quantize_operand(x, spec, axis, sr, 11, RowShard(5, 96))
-    got = gemm.quantize_operand(x, spec, axis, Rounding.RNE, 11, shard)
+    got = gemm.quantize_operand(x, spec, axis, Rounding.RNE, 11, middle)
     assert planned == [sr, Rounding.RNE]
     assert torch.equal(got, quantize(x, spec, axis=axis, rounding=Rounding.RNE))
