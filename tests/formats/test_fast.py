@@ -208,6 +208,42 @@ def test_planned_is_kernel_for_and_quantize_in_one_call(monkeypatch):
     assert fast.planned(x, mx, -1, R.RNE, torch.float32) is not None
 
 
+@pytest.mark.parametrize("preset", ["mxfp4", "nvfp4", "fp8_e4m3", "mxfp8_e4m3"])
+def test_planned_with_a_shard_is_quantize_with_that_shard(preset, monkeypatch):
+    """``planned`` with a row shard (one rank's tokens, or a micro-batch): stochastic rounding
+    draws the coins of those rows of the larger tensor, the bits of the reference path
+    (``SNIP_FAST=0``) quantizing with that shard, in either output dtype and along either axis;
+    the call is kept per shard, a shard that is the whole tensor and any shard under
+    round-to-nearest take the unplaced call, and a shard that does not fit raises on every
+    call, as ``quantize`` does."""
+    from snip.formats import Rounding, RowShard
+
+    R = Rounding
+    spec = get_spec(preset)
+    x = torch.randn(64, 96, generator=torch.Generator().manual_seed(5)) * 3
+    shards = (RowShard(0, 128), RowShard(64, 192), RowShard(96, 320))
+    cases = list(itertools.product((-1, 0), shards, (torch.float32, torch.bfloat16)))
+    monkeypatch.setenv("SNIP_FAST", "0")
+    want = [quantize(x, spec, axis=axis, rounding=R.STOCHASTIC, generator=11, shard=shard,
+                     dtype=dtype) for axis, shard, dtype in cases]
+    monkeypatch.setenv("SNIP_FAST", "1")
+    for (axis, shard, dtype), w in zip(cases, want, strict=True):
+        call = fast.planned(x, spec, axis, R.STOCHASTIC, dtype, shard)
+        assert call is not None and fast.planned(x, spec, axis, R.STOCHASTIC, dtype, shard) is call
+        assert call is not fast.planned(x, spec, axis, R.STOCHASTIC, dtype)
+        got = call(x, 11)
+        assert got.dtype == dtype and torch.equal(got, w), (axis, shard, dtype)
+        unplaced = fast.planned(x, spec, axis, R.RNE, dtype)
+        assert fast.planned(x, spec, axis, R.RNE, dtype, shard) is unplaced
+    assert not torch.equal(want[0], want[2])  # (two shards, two sets of coins)
+    for axis in (-1, 0):
+        unplaced = fast.planned(x, spec, axis, R.STOCHASTIC, torch.float32)
+        assert fast.planned(x, spec, axis, R.STOCHASTIC, torch.float32, RowShard(0, 64)) is unplaced
+        for _ in range(2):
+            with pytest.raises(ValueError, match="do not fit"):
+                fast.planned(x, spec, axis, R.STOCHASTIC, torch.float32, RowShard(8, 64))
+
+
 def test_env_reader_follows_os_environ(monkeypatch):
     """The look-up :func:`fast.enabled` uses sees every change made through ``os.environ``, and
     an ``os.environ`` without CPython's encoded dictionary falls back to ``os.environ.get``."""

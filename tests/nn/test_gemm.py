@@ -360,32 +360,33 @@ def test_auto_accum_is_decided_once_per_forward(forward, monkeypatch):
 @pytest.mark.skipif("not fast.enabled()", reason="fast path off (numba not installed)")
 @pytest.mark.parametrize("axis", [-1, 0])
 @pytest.mark.parametrize("preset", ["mxfp4", "nvfp4", "fp4_e2m1_tensor"])
-def test_tokens_that_are_the_whole_batch_take_the_planned_call(preset, axis, monkeypatch):
-    """Tokens placed as the whole batch (what ``snip train`` in one process placed before it
-    left them unplaced) draw the unplaced stochastic coins, so the operand takes the one
-    planned kernel call
-    (:func:`snip.formats.fast.planned`) with the bits of ``quantize`` unplaced; so does
-    round-to-nearest anywhere (no coins).  A shard elsewhere in the batch draws its own coins
-    through ``quantize`` (one at the batch's start too: along tokens its counters stride by the
-    whole batch's padded length)."""
+def test_placed_tokens_take_the_planned_call_with_their_coins(preset, axis, monkeypatch):
+    """Tokens placed in a larger batch (one rank's, or a micro-batch's: ``QLinear.tokens``)
+    take the one planned kernel call (:func:`snip.formats.fast.planned`), never ``quantize``'s
+    general path, with the bits ``quantize`` gives with that shard: the whole batch draws the
+    unplaced coins, a shard at the batch's start or in its middle its own (along tokens its
+    counters stride by the whole batch's padded length); round-to-nearest draws none.  A shard
+    that does not fit raises."""
     import snip.nn.gemm as gemm
 
-    planned = []
+    planned, general = [], []
     real = fast.planned
-    monkeypatch.setattr(fast, "planned", lambda *a: planned.append(a[3]) or real(*a))
+    monkeypatch.setattr(fast, "planned", lambda *a: planned.append((a[3], a[5])) or real(*a))
+    monkeypatch.setattr(gemm, "quantize", lambda *a, **k: general.append(a) or quantize(*a, **k))
     x = torch.randn(96, 64, generator=torch.Generator().manual_seed(3))
     spec, sr = get_spec(preset), Rounding.STOCHASTIC
     unplaced = quantize(x, spec, axis=axis, rounding=sr, generator=11)
-    got = gemm.quantize_operand(x, spec, axis, sr, 11, RowShard(0, 96))
-    assert planned == [sr] and torch.equal(got, unplaced)
+    whole = RowShard(0, 96)
+    got = gemm.quantize_operand(x, spec, axis, sr, 11, whole)
+    assert planned == [(sr, whole)] and torch.equal(got, unplaced)
     middle = RowShard(96, 288)
     for shard in (RowShard(0, 192), middle):
         got = gemm.quantize_operand(x, spec, axis, sr, 11, shard)
         want = quantize(x, spec, axis=axis, rounding=sr, generator=11, shard=shard)
-        assert planned == [sr] and torch.equal(got, want)
+        assert planned[-1] == (sr, shard) and torch.equal(got, want)
     assert not torch.equal(got, unplaced)  # (the middle shard's coins)
     with pytest.raises(ValueError, match="do not fit"):  # rows 5..100 of 96
         gemm.quantize_operand(x, spec, axis, sr, 11, RowShard(5, 96))
     got = gemm.quantize_operand(x, spec, axis, Rounding.RNE, 11, middle)
-    assert planned == [sr, Rounding.RNE]
+    assert planned[-1] == (Rounding.RNE, middle) and len(planned) == 5 and general == []
     assert torch.equal(got, quantize(x, spec, axis=axis, rounding=Rounding.RNE))

@@ -36,8 +36,8 @@ per-channel and 1-D block scaling along any axis, on fp32 or bf16 input:
   ``snip.runtime.tune_malloc()``.
 
 Everything a call needs besides the data is worked out once per kind of call (spec, shape, axis,
-rounding, dtypes) and kept (:class:`_FusedCall`); :func:`planned` keeps the choice of kernel
-with it, so that a GEMM operand's call is one look-up before the kernel runs.
+rounding, SR counters, dtypes) and kept (:class:`_FusedCall`); :func:`planned` keeps the choice
+of kernel with it, so that a GEMM operand's call is one look-up before the kernel runs.
 
 The older two-pass kernels (``_amax_rows``/``_quant_rows``/``_quant_cols``) still serve
 :func:`snip.formats.encode` and stochastically rounded 2-D weight tiles.  All arithmetic is
@@ -71,7 +71,7 @@ import torch
 from snip.formats.cast import DEFAULT_COUNTERS, Counters, Rounding, draw_key
 from snip.formats.cast import seed_key as torch_seed_key
 from snip.formats.element import ElementFormat, Kind
-from snip.formats.scaling import fp32_scales
+from snip.formats.scaling import BlockLayout, RowShard, fp32_scales
 from snip.formats.spec import E8M0Rule, QuantSpec, ScaleFormat, Scaling
 
 # LLVM's host-CPU models of Intel CPUs with AVX-512: numba's code tuned for them was slower
@@ -1992,20 +1992,24 @@ class _Bf16Call:
 
 
 def planned(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Rounding,
-            dtype: torch.dtype) -> _FusedCall | _Bf16Call | None:
-    """The one-pass kernel call for ``quantize(x, spec, axis=axis, rounding=rounding)``
-    stored in ``dtype`` (``x``'s, or bf16 for fp32 ``x``; default SR counters), or ``None``
-    where none applies (then the caller takes :func:`snip.formats.quantize`'s general path).
-    Call the result with ``x``, the SR seed or generator and ``reuse_amax``
-    (:func:`quantize_fused`).
+            dtype: torch.dtype, shard: RowShard | None = None) -> _FusedCall | _Bf16Call | None:
+    """The one-pass kernel call for ``quantize(x, spec, axis=axis, rounding=rounding,
+    shard=shard)`` stored in ``dtype`` (``x``'s, or bf16 for fp32 ``x``), or ``None`` where
+    none applies (then the caller takes :func:`snip.formats.quantize`'s general path).  Call the
+    result with ``x``, the SR seed or generator and ``reuse_amax`` (:func:`quantize_fused`).
 
     The GEMM operands' entry: the choice :func:`kernel_for` makes and the plan
     :func:`quantize_fused` looks up are kept together per (spec, shape, axis, rounding,
-    dtypes), so that a call in a training step costs one dictionary look-up here and the
-    device and ``SNIP_FAST`` checks (a 64 x 64 operand's call about 2 us less than those two
-    functions one after the other, RESULTS §7v)."""
+    dtypes, and for stochastic rounding the row shard), so that a call in a training step costs
+    one dictionary look-up here and the device and ``SNIP_FAST`` checks (a 64 x 64 operand's
+    call about 2 us less than those two functions one after the other, RESULTS §7v; a 1024 x
+    128 operand of one rank's tokens, or of a micro-batch, about 40 us less than ``quantize``
+    with its shard, RESULTS §7y).  A shard that does not fit ``x`` raises as ``quantize`` does,
+    on every call (nothing is kept for it)."""
     sr = rounding is Rounding.STOCHASTIC
-    key = (spec, x.shape, axis, sr, x.dtype, dtype)
+    if not sr:
+        shard = None  # round-to-nearest draws no coins: the shard changes nothing
+    key = (spec, x.shape, axis, sr, x.dtype, dtype, shard)
     call = _CALLS.get(key)
     if call is None:
         call = False
@@ -2016,8 +2020,11 @@ def planned(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Rounding,
         if kernel is Kernel.BF16:
             call = _Bf16Call(dtype)
         elif kernel is Kernel.FUSED:
-            call = _fused_call((spec, x.shape, axis, sr, None, x.dtype, dtype), x, spec, axis,
-                               sr, DEFAULT_COUNTERS, dtype)
+            counters = DEFAULT_COUNTERS if shard is None else BlockLayout.of(
+                x, spec, axis).counters(shard)  # (raises for a shard that does not fit)
+            placed = None if counters is DEFAULT_COUNTERS else counters
+            call = _fused_call((spec, x.shape, axis, sr, placed, x.dtype, dtype), x, spec, axis,
+                               sr, counters, dtype)
         if len(_CALLS) >= _PLANS_MAX:
             _CALLS.clear()
         _CALLS[key] = call

@@ -211,12 +211,9 @@ def quantize_operand(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Roun
     if spec.is_identity:
         return x
     out = torch.bfloat16 if bf16 else torch.float32
-    # tokens only place SR coins, and a shard that is the whole batch draws the unplaced ones:
-    # then the call quantize() would make, directly
-    if tokens is None or rounding is not Rounding.STOCHASTIC or tokens.covers(x.shape[0]):
-        call = fast.planned(x, spec, axis, rounding, out)
-        if call is not None:
-            return call(x, seed, activation)
+    call = fast.planned(x, spec, axis, rounding, out, tokens)  # the call quantize() would make
+    if call is not None:
+        return call(x, seed, activation)
     gen = seed if rounding is Rounding.STOCHASTIC else None
     return quantize(x, spec, axis=axis, rounding=rounding, generator=gen, shard=tokens,
                     dtype=out)
