@@ -38,6 +38,11 @@ The quantizer kernels are first put in numba's cache by a child process
 baseline, most of a ``--quick`` run at width 256 on a CPU without native bf16 (13-15x the fp32
 step on an AVX2 EPYC, RESULTS §7w).
 
+``--placed`` places every converted arm's tokens as the second half of a batch twice as long
+(``QLinear.tokens = RowShard(T, 2T)`` for ``T`` tokens a step): the stochastic rounding coins
+and quantizer calls of one of two DDP ranks, or of the second of two micro-batches
+(``--train.grad_accum 2``), without the communication (RESULTS §7y).
+
 Each thread count (``--threads 1 2``) is a separate pass.  The CPU model and flags, the load
 average before and after, and every per-round time are written to
 ``benchmarks/results/issue21/bench_train_step[_quick].json``.
@@ -62,8 +67,9 @@ from pathlib import Path
 import torch
 from torch._dynamo.utils import counters
 
+from snip.formats import RowShard
 from snip.models import ModelConfig, build_model, get_config
-from snip.nn import convert
+from snip.nn import QLinear, convert
 from snip.nn.gemm import bf16_gemm_native
 from snip.train.config import DEFAULT_PRESET, PrecisionSection
 from snip.train.precision import make_controller
@@ -97,7 +103,7 @@ class Arm:
     """One model + AdamW, stepping on fixed batches."""
 
     def __init__(self, model_name: str, arm: str, batch: tuple[torch.Tensor, torch.Tensor],
-                 compiled: bool = False) -> None:
+                 compiled: bool = False, placed: bool = False) -> None:
         torch.manual_seed(0)
         model = build_model(model_config(model_name))
         self.autocast = arm == "bf16_autocast"
@@ -110,6 +116,16 @@ class Arm:
         self.fwd: Callable = torch.compile(model) if compiled else model
         self.opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         self.tokens, self.targets = batch
+        self.placed = placed
+        self.place()
+
+    def place(self) -> None:
+        """``placed``: every ``QLinear``'s tokens are rows ``T .. 2T - 1`` of ``2T``."""
+        if self.placed:
+            t = self.tokens.numel()
+            for m in self.model.modules():
+                if isinstance(m, QLinear):
+                    m.tokens = RowShard(t, 2 * t)
 
     def step(self) -> tuple[float, float]:
         """One step; (wall seconds, CPU seconds of this process)."""
@@ -127,8 +143,9 @@ class AdaptiveArm(Arm):
 
     CYCLES = 3  # statistics cycles timed after the rounds
 
-    def __init__(self, model_name: str, batch: tuple[torch.Tensor, torch.Tensor]) -> None:
-        super().__init__(model_name, DEFAULT_PRESET, batch)
+    def __init__(self, model_name: str, batch: tuple[torch.Tensor, torch.Tensor],
+                 placed: bool = False) -> None:
+        super().__init__(model_name, DEFAULT_PRESET, batch, placed=placed)
         b, t = batch[0].shape
         self.ctl = make_controller(PrecisionSection(), Path("."), is_main=False,
                                    step_tokens=b * t)
@@ -136,6 +153,7 @@ class AdaptiveArm(Arm):
         self.every, self.due = self.ctl.every, self.ctl.warmup
         self.step()  # AdamW state for the statistics
         self.cycle()  # the rounds train in the first plan's mix of FP8 and FP4
+        self.place()  # (again after the cycle, whatever its statistics passes set)
 
     def _batch(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         g = torch.Generator().manual_seed(10**6 + i)
@@ -198,12 +216,12 @@ def batch_for(model_name: str) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def bench_model(name: str, rounds: int, warmup: int, presets: list[str],
-                auto: bool = False, autocast: bool = True) -> dict:
+                auto: bool = False, autocast: bool = True, placed: bool = False) -> dict:
     batch = batch_for(name)
     names = ["fp32", *(["bf16_autocast"] if autocast else []), "snip_fp32", *presets]
     names += [p + "@auto" for p in presets] if auto else []
-    arms = {a: Arm(name, a, batch) for a in names}
-    arms["snip_adaptive"] = adaptive = AdaptiveArm(name, batch)
+    arms = {a: Arm(name, a, batch, placed=placed) for a in names}
+    arms["snip_adaptive"] = adaptive = AdaptiveArm(name, batch, placed)
     res = interleaved(arms, rounds, warmup)
     b, t = SHAPES[name]
     return {"tokens_per_step": b * t, "batch": b, "seq": t, "arms": res,
@@ -265,6 +283,9 @@ def main() -> None:
     ap.add_argument("--no-warm", action="store_true",
                     help="do not fill numba's cache first (with an empty NUMBA_CACHE_DIR this "
                          "process then compiles the kernels itself)")
+    ap.add_argument("--placed", action="store_true",
+                    help="place the converted arms' tokens as half of a batch twice as long "
+                         "(a DDP rank's or a micro-batch's quantizer calls)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     rounds = args.rounds or (3 if args.quick else 11)
@@ -281,6 +302,7 @@ def main() -> None:
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "torch": torch.__version__,
         "cpu": info, "snip_fast": os.environ.get("SNIP_FAST", "1"), "rounds": rounds,
         "bf16_gemm_native": bf16_gemm_native(), "warmed": not args.no_warm,
+        "placed": args.placed,
         "loadavg_before": os.getloadavg(), "runs": {}}
     print(f"CPU: {info['summary']}; bf16 GEMMs native: {bf16_gemm_native()}; "
           f"load {os.getloadavg()}")
@@ -289,7 +311,7 @@ def main() -> None:
         run: dict = {"models": {}, "compiled": {}}
         for name in args.models:
             run["models"][name] = bench_model(name, rounds, warmup, args.presets, args.auto,
-                                              not args.no_autocast)
+                                              not args.no_autocast, args.placed)
             print_table(f"{name} ({run['models'][name]['tokens_per_step']} tokens/step), "
                         f"{threads} thread(s)", run["models"][name]["arms"])
             ad = run["models"][name]["adaptive"]
