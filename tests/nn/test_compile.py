@@ -147,6 +147,9 @@ def test_pickled_layer_has_its_own_handle_and_step():
     assert clone.step == 7 and clone._handle == m._handle
     clone.step = 8
     assert m.step == 7  # the counters are not shared
+    for entry in m._cfgs.values():  # as if registered in another process's registry
+        entry[1] = -1
+    assert pickle.loads(pickle.dumps(m))._handle == clone._handle
 
 
 @pytest.mark.parametrize("preset,bias", [("mxfp4", True), ("nvfp4", False)])

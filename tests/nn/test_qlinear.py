@@ -167,3 +167,44 @@ def test_layer_under_a_functorch_transform_still_goes_through_function_apply():
     torch.func.vmap(lambda z: leaked.append(z) or z)(torch.randn(3, 2, 64))
     with pytest.raises(RuntimeError, match="escaped"):
         QLinear.from_linear(_linear(), "fp32")(leaked[0])
+
+
+def test_alternating_tokens_reuse_their_configs_and_handles(monkeypatch):
+    """Micro-batches alternate a layer's ``tokens``: each setting's ``GemmConfig`` and registry
+    handle are made once and kept (at most ``_CONFIGS_KEPT``), the forward of each placement
+    gives what a fresh layer with that placement gives, and a change of settings still makes a
+    new config."""
+    import snip.nn.qlinear as qlinear
+    from snip.formats import RowShard
+
+    made = []
+    real = qlinear.GemmConfig
+    monkeypatch.setattr(qlinear, "GemmConfig", lambda **k: made.append(k) or real(**k))
+    x = torch.randn(32, 64, generator=torch.Generator().manual_seed(1), requires_grad=True)
+    first, second = RowShard(0, 64), RowShard(32, 64)
+
+    def run(layer: QLinear, tokens: RowShard) -> tuple[torch.Tensor, ...]:
+        layer.tokens, layer.step = tokens, 3
+        y = layer(x)
+        y.backward(torch.ones_like(y))  # (SR gradients: the placement decides the coins)
+        grads = (x.grad.clone(), layer.weight.grad.clone())
+        x.grad = layer.weight.grad = layer.bias.grad = None
+        return (y.detach(), *grads)
+
+    q = QLinear.from_linear(_linear(), "mxfp4", seed=5)
+    want = {t: run(q, t) for t in (first, second)}
+    handles = {t: (setattr(q, "tokens", t), q._handle)[1] for t in (first, second)}
+    n = len(made)
+    for _ in range(3):
+        for t in (first, second):
+            assert all(torch.equal(a, b) for a, b in zip(run(q, t), want[t], strict=True))
+            assert q._handle == handles[t]
+    assert len(made) == n and handles[first] != handles[second]
+    fresh = QLinear.from_linear(_linear(), "mxfp4", seed=5)
+    assert all(torch.equal(a, b) for a, b in zip(run(fresh, second), want[second], strict=True))
+    q.set_specs("nvfp4")
+    assert q._config(torch.float32).specs == GemmSpecs.uniform("nvfp4")
+    for i in range(qlinear._CONFIGS_KEPT + 1):
+        q.tokens = RowShard(32 * i, 64 * qlinear._CONFIGS_KEPT)
+        q._config(torch.float32)
+    assert len(q._cfgs) <= qlinear._CONFIGS_KEPT

@@ -48,6 +48,7 @@ def as_gemm_specs(specs: GemmSpecs | QuantSpec | str) -> GemmSpecs:
 
 # the attributes a GemmConfig is made of (besides the step and the output dtype)
 _SETTINGS = frozenset({"specs", "seed", "save", "accum", "gemm", "gemm_strict", "tokens"})
+_CONFIGS_KEPT = 16  # configs a layer keeps by settings (QLinear._kept)
 
 
 class QLinear(nn.Linear):
@@ -79,9 +80,11 @@ class QLinear(nn.Linear):
             self.__dict__["_handle"] = self._new_handle()
 
     def __setstate__(self, state: dict) -> None:
-        """Unpickled (another process has another registry): the handle is made anew, and a
-        pickle from before the step became a tensor gives its step counter over."""
+        """Unpickled (another process has another registry): the handle is made anew (the
+        kept configs' handles are dropped with them), and a pickle from before the step became a
+        tensor gives its step counter over."""
         step = state.pop("step", None)
+        state.pop("_cfgs", None)
         super().__setstate__(state)
         if step is not None:
             self.__dict__["_step"] = torch.tensor(int(step), dtype=torch.int64)
@@ -91,7 +94,10 @@ class QLinear(nn.Linear):
         """The :mod:`snip.nn.ops` registry handle of this layer's settings (output dtype
         apart).  A plain ``int`` attribute: Dynamo guards on it, so a graph compiled for one
         setting recompiles when a setting changes, and never for the step counter."""
-        return config_handle(self._config(None))
+        entry = self._kept(self._key(None))
+        if entry[1] is None:
+            entry[1] = config_handle(entry[0])
+        return entry[1]
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, specs: GemmSpecs | QuantSpec | str, *,
@@ -161,18 +167,36 @@ class QLinear(nn.Linear):
             return self._traced(x, weight)
         return self._quantized(x, weight)
 
+    def _key(self, out_dtype: torch.dtype | None) -> tuple:
+        """This layer's settings, and the output dtype (``None``: the input's)."""
+        return (self.specs, self.seed, self.save, self.accum, out_dtype,
+                getattr(self, "gemm", GemmImpl.EMULATED), getattr(self, "gemm_strict", False),
+                getattr(self, "tokens", None))
+
+    def _kept(self, key: tuple) -> list:
+        """``[GemmConfig, registry handle or None]`` of the settings ``key``, made once and kept
+        (the micro-batches of a step alternate their ``tokens``: without this every layer
+        would validate a config and register a handle anew for each one, ~10 us)."""
+        kept = self.__dict__.setdefault("_cfgs", {})
+        entry = kept.get(key)
+        if entry is None:
+            if len(kept) >= _CONFIGS_KEPT:
+                kept.clear()
+            specs, seed, save, accum, out_dtype, gemm, strict, tokens = key
+            entry = kept[key] = [GemmConfig(specs=specs, seed=seed, save=save, accum=accum,
+                                            out_dtype=out_dtype, gemm=gemm, strict=strict,
+                                            tokens=tokens), None]
+        return entry
+
     def _config(self, out_dtype: torch.dtype | None) -> GemmConfig:
         """This layer's settings as a ``GemmConfig`` at step 0, validated once per setting
-        (``out_dtype`` ``None``: the input's dtype)."""
-        key = (self.specs, self.seed, self.save, self.accum, out_dtype,
-               getattr(self, "gemm", GemmImpl.EMULATED), getattr(self, "gemm_strict", False),
-               getattr(self, "tokens", None))
+        (``out_dtype`` ``None``: the input's dtype); the last one a forward used is checked
+        first (a tuple comparison, no hashing)."""
+        key = self._key(out_dtype)
         cached = self.__dict__.get("_cfg")
         if cached is not None and cached[0] == key:
             return cached[1]
-        specs, seed, save, accum, out_dtype, gemm, strict, tokens = key
-        cfg = GemmConfig(specs=specs, seed=seed, save=save, accum=accum, out_dtype=out_dtype,
-                         gemm=gemm, strict=strict, tokens=tokens)
+        cfg = self._kept(key)[0]
         if out_dtype is not None:  # the handle's dtype-free config does not evict the call's
             self.__dict__["_cfg"] = (key, cfg)
         return cfg
