@@ -188,17 +188,16 @@ class QLinear(nn.Linear):
                                             tokens=tokens), None]
         return entry
 
-    def _config(self, out_dtype: torch.dtype | None) -> GemmConfig:
-        """This layer's settings as a ``GemmConfig`` at step 0, validated once per setting
-        (``out_dtype`` ``None``: the input's dtype); the last one a forward used is checked
-        first (a tuple comparison, no hashing)."""
+    def _config(self, out_dtype: torch.dtype) -> GemmConfig:
+        """This layer's settings as a ``GemmConfig`` at step 0 with the forward's output dtype,
+        validated once per setting; the last one a forward used is checked first (a tuple
+        comparison, no hashing)."""
         key = self._key(out_dtype)
         cached = self.__dict__.get("_cfg")
         if cached is not None and cached[0] == key:
             return cached[1]
         cfg = self._kept(key)[0]
-        if out_dtype is not None:  # the handle's dtype-free config does not evict the call's
-            self.__dict__["_cfg"] = (key, cfg)
+        self.__dict__["_cfg"] = (key, cfg)
         return cfg
 
     def _eager(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
