@@ -69,7 +69,7 @@ from torch._dynamo.utils import counters
 
 from snip.formats import RowShard
 from snip.models import ModelConfig, build_model, get_config
-from snip.nn import QLinear, convert
+from snip.nn import convert, qlinear_layers
 from snip.nn.gemm import bf16_gemm_native
 from snip.train.config import DEFAULT_PRESET, PrecisionSection
 from snip.train.precision import make_controller
@@ -123,9 +123,8 @@ class Arm:
         """``placed``: every ``QLinear``'s tokens are rows ``T .. 2T - 1`` of ``2T``."""
         if self.placed:
             t = self.tokens.numel()
-            for m in self.model.modules():
-                if isinstance(m, QLinear):
-                    m.tokens = RowShard(t, 2 * t)
+            for _, m in qlinear_layers(self.model):
+                m.tokens = RowShard(t, 2 * t)
 
     def step(self) -> tuple[float, float]:
         """One step; (wall seconds, CPU seconds of this process)."""
