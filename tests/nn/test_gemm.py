@@ -178,6 +178,45 @@ def test_encoded_save_gives_identical_gradients_and_fewer_bytes(specs):
         assert rec_enc.activation <= 0.35 * bf16_bytes
 
 
+@pytest.mark.parametrize("specs", [
+    *(GemmSpecs.uniform(p) for p in sorted(PRESETS)),
+    GemmSpecs(fprop="nvfp4", dgrad="mxfp8_e4m3", wgrad="fp4_e2m1_tile128"),
+    GemmSpecs(fprop="mxfp4", dgrad="fp32", wgrad="nvfp4_rht"),
+    GemmSpecs(fprop="fp32", dgrad="bf16", wgrad="fp8_e4m3"),
+], ids=lambda s: f"{s.fprop.name}-{s.dgrad.name}-{s.wgrad.name}")
+def test_default_settings_path_equals_the_general_path(specs, monkeypatch):
+    """``SaveMode.HP`` with emulated GEMMs (the defaults) takes ``hp_forward``/``hp_backward``,
+    every other setting the general functions, which handle HP too: both give the same bits
+    (output, the three gradients, the saved-byte record) on every preset, for a 3-D input,
+    stochastic gradients at a later step, placed tokens, bf16 GEMM operands, a bf16 input, a
+    bias or none, and backward through one of the two inputs only."""
+    from snip.nn import gemm
+    x, w, b, dy = _data(seed=5, shape=(2, 32, K))
+    cases = [dict(seed=3, step=7), dict(seed=1, tokens=RowShard(64, 192)),
+             dict(accum=Accum.BF16), dict(bias=False), dict(dtype=torch.bfloat16)]
+
+    def run(grads: str, bias=True, dtype=torch.float32, **cfg):
+        rec = SavedBytes(activation=-1, weight=-1)
+        xs, ws, bs = x.to(dtype, copy=True).requires_grad_("x" in grads), w.clone().requires_grad_(
+            "w" in grads), b.clone().requires_grad_()
+        y = quantized_linear(xs, ws, bs if bias else None, GemmConfig(specs=specs, **cfg), rec)
+        y.backward(dy.to(y.dtype))
+        return [y.detach(), xs.grad, ws.grad, bs.grad if bias else None,
+                torch.tensor([rec.activation, rec.weight])]
+
+    for case in cases:
+        for grads in ("xw", "x", "w"):
+            straight = run(grads, **case)
+            with monkeypatch.context() as m:
+                m.setattr(gemm, "plain_route", lambda cfg: False)
+                general = run(grads, **case)
+            for u, v in zip(straight, general, strict=True):
+                assert (u is None and v is None) or torch.equal(u, v), (case, grads)
+    assert gemm.plain_route(GemmConfig(specs=specs))
+    assert not gemm.plain_route(GemmConfig(specs=specs, save="encoded"))
+    assert not gemm.plain_route(GemmConfig(specs=specs, gemm="native"))
+
+
 def test_weight_reuse_rule():
     assert weight_reusable(get_spec("nvfp4"), get_spec("nvfp4"))          # 16x16 tiles
     assert weight_reusable(get_spec("fp8_e4m3"), get_spec("fp8_e4m3"))    # one tensor scale

@@ -72,7 +72,7 @@ import hashlib
 import os
 import threading
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -187,7 +187,6 @@ class SavedBytes:
 
     activation: int = 0  # X, or what replaces it
     weight: int = 0      # quantized copies of W (the Parameter itself is not counted)
-    detail: dict[str, int] = field(default_factory=dict)
 
 
 def operand_seed(seed: int, step: int, gemm: Gemm, operand: Operand) -> int:
@@ -382,7 +381,7 @@ class _Saved:
         if record is None:
             record = SavedBytes()
         else:  # the call's record starts empty, and is filled as operands are kept
-            record.activation, record.weight, record.detail = 0, 0, {}
+            record.activation, record.weight = 0, 0
         self.bytes = record
         self.x: torch.Tensor | QTensor | None = None
         self.w: torch.Tensor | QTensor | None = None
@@ -399,14 +398,13 @@ class _Saved:
         that backward multiplies the operands it made in the precision they were made for."""
         return Accum.BF16 if self.bf16 else Accum.FP32
 
-    def keep(self, name: str, value: torch.Tensor | QTensor, *, weight: bool,
+    def keep(self, value: torch.Tensor | QTensor | Fp8Operand, *, weight: bool,
              counted: bool = True) -> None:
         n = _nbytes(value) if counted else 0
         if weight:
             self.w, self.bytes.weight = value, self.bytes.weight + n
         else:
             self.x, self.bytes.activation = value, self.bytes.activation + n
-        self.bytes.detail[name] = n
 
     def stash(self, ctx) -> None:
         """Hand ``x`` and ``w`` over to ``ctx``: plain tensors through ``save_for_backward``
@@ -459,21 +457,21 @@ def _fprop_weight(weight: torch.Tensor, saved: _Saved, keep: bool) -> torch.Tens
     if not keep:
         return quantize_operand(weight, f, -1, f.rounding, seed, bf16=bf16)
     if d.is_identity:
-        saved.keep("weight", weight, weight=True, counted=False)
+        saved.keep(weight, weight=True, counted=False)
         return quantize_operand(weight, f, -1, f.rounding, seed, bf16=bf16)
     reuse = route.reuse_w and not (saved.native and native_spec(d))  # native: dgrad's own codes
     if cfg.save is SaveMode.ENCODED:
         dseed = seed if reuse else operand_seed(cfg.seed, cfg.step, Gemm.DGRAD, Operand.WEIGHT)
         qt = encode_operand(weight, d, 0, d.rounding, dseed)
-        saved.keep("weight_dgrad", qt, weight=True)
+        saved.keep(qt, weight=True)
         return qt.dequantize(torch.float32) if reuse else quantize_operand(
             weight, f, -1, f.rounding, seed, bf16=bf16)
     wq = quantize_operand(weight, f, -1, f.rounding, seed, bf16=bf16)
     if reuse:
-        saved.keep("weight_q", wq, weight=True)
+        saved.keep(wq, weight=True)
         saved.w_quantized = True
     else:
-        saved.keep("weight", weight, weight=True, counted=False)
+        saved.keep(weight, weight=True, counted=False)
     return wq
 
 
@@ -483,14 +481,13 @@ def _save_input(x2: torch.Tensor, saved: _Saved, xq: torch.Tensor | None = None)
     cfg, w = saved.cfg, saved.cfg.specs.wgrad
     if (xq is not None and saved.route.reuse_x and cfg.save is SaveMode.HP
             and x2.dtype == torch.float32):
-        saved.keep("input", xq, weight=False)
+        saved.keep(xq, weight=False)
         saved.x_quantized = True
     elif cfg.save is SaveMode.ENCODED and not w.is_identity:
         seed = operand_seed(cfg.seed, cfg.step, Gemm.WGRAD, Operand.INPUT)
-        saved.keep("input_wgrad", encode_operand(x2, w, 0, w.rounding, seed, cfg.tokens),
-                   weight=False)
+        saved.keep(encode_operand(x2, w, 0, w.rounding, seed, cfg.tokens), weight=False)
     else:
-        saved.keep("input", x2, weight=False)
+        saved.keep(x2, weight=False)
 
 
 def _as_dtype(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -528,24 +525,6 @@ def linear_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
     return _as_dtype(y, cfg.out_dtype or x.dtype), saved
 
 
-def hp_saved(x: torch.Tensor, weight: torch.Tensor, cfg: GemmConfig) -> _Saved:
-    """What ``SaveMode.HP``'s forward keeps, rebuilt from ``X`` and ``W`` (for a backward run
-    apart from its forward, as the compiled ops do).  Every operand backward then quantizes has
-    the bits the eager forward would have saved: a reused ``Q_fprop(X)`` equals ``Q_wgrad(X)``
-    (:func:`input_reusable`: RNE, axis-free), and a reused ``Q_fprop(W)`` is recomputed with
-    fprop's spec, axis and seed."""
-    saved = _Saved(cfg, bf16=bf16_operands(cfg.accum, x.device))
-    saved.x = _rows(x)
-    if saved.route.reuse_w:
-        f = saved.route.fprop_w
-        seed = _seed(cfg, Gemm.FPROP, Operand.WEIGHT, f.rounding)
-        saved.w = quantize_operand(weight, f, -1, f.rounding, seed, bf16=saved.bf16)
-        saved.w_quantized = True
-    else:
-        saved.w = weight
-    return saved
-
-
 def linear_backward(dy: torch.Tensor, saved: _Saved, x_shape: torch.Size, x_dtype: torch.dtype,
                     w_dtype: torch.dtype, b_dtype: torch.dtype | None, need_x: bool,
                     need_w: bool, need_b: bool) -> tuple[torch.Tensor | None, ...]:
@@ -569,19 +548,131 @@ def linear_backward(dy: torch.Tensor, saved: _Saved, x_shape: torch.Size, x_dtyp
     return dx, dw, db
 
 
+def plain_route(cfg: GemmConfig) -> bool:
+    """Whether a call takes :func:`hp_forward` and :func:`hp_backward`: the default settings
+    (``SaveMode.HP``, emulated GEMMs), which every preset trains with unless told otherwise."""
+    return cfg.save is SaveMode.HP and cfg.gemm is GemmImpl.EMULATED
+
+
+# What hp_forward keeps for hp_backward besides X and W (or their reused quantized copies): the
+# config, its route (whose reuse_w says whether W is kept quantized), whether X is kept
+# quantized, and whether the GEMMs take bf16 operands.
+HpKept = tuple[GemmConfig, _Route, bool, bool]
+
+
+def hp_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+               cfg: GemmConfig, needs_backward: bool, record: SavedBytes | None = None
+               ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None, HpKept]:
+    """:func:`linear_forward` for :func:`plain_route` configs, the same operand calls in fewer
+    Python steps: ``Y``, the two tensors backward needs (``None`` without ``needs_backward``)
+    and what else :func:`hp_backward` takes.  The general path's bookkeeping (a ``_Saved``
+    object, per-operand helpers for every save mode and GEMM kind) is measurable at width 64
+    (RESULTS §7z); tests check that both paths give the same bits."""
+    _WGRAD_X.entry = None  # (the last backward's operand: not needed until the next backward)
+    with _no_autocast(_device_type(x)):
+        x2 = _rows(x)
+        route = _route(cfg.specs)
+        bf16 = cfg.accum is not Accum.FP32 and bf16_operands(cfg.accum, x.device)
+        w, f = route.fprop_w, cfg.specs.fprop
+        wq = quantize_operand(weight, w, -1, w.rounding,
+                              _seed(cfg, Gemm.FPROP, Operand.WEIGHT, w.rounding), bf16=bf16)
+        xq = _quantize_input(_FPROP_X, x2, f, -1, f.rounding,
+                             _seed(cfg, Gemm.FPROP, Operand.INPUT, f.rounding), cfg.tokens, bf16)
+        y = matmul(xq, wq.t(), Accum.BF16 if bf16 else Accum.FP32, bias)
+    if x.dim() != 2:
+        y = y.reshape(*x.shape[:-1], -1)
+    y = _as_dtype(y, cfg.out_dtype or x.dtype)
+    # kept: fprop's Q(X) where it is wgrad's operand and as small as X (else X), and fprop's
+    # Q(W) where it is dgrad's (else W)
+    x_q = route.reuse_x and x2.dtype == torch.float32
+    kept = (xq if x_q else x2, wq if route.reuse_w else weight) if needs_backward else None
+    if record is not None:
+        record.activation = _nbytes(kept[0]) if kept else 0
+        record.weight = _nbytes(wq) if kept and route.reuse_w else 0
+    return y, kept, (cfg, route, x_q, bf16)
+
+
+def hp_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, kept: HpKept,
+                x_shape: torch.Size, x_dtype: torch.dtype, w_dtype: torch.dtype,
+                b_dtype: torch.dtype | None, need_x: bool, need_w: bool, need_b: bool
+                ) -> tuple[torch.Tensor | None, ...]:
+    """:func:`linear_backward` for :func:`plain_route` configs: dgrad, wgrad and the bias
+    gradient from the ``x`` and ``w`` :func:`hp_forward` kept (``X`` as rows, or its quantized
+    copy; ``W`` or its quantized copy, as ``kept`` says)."""
+    cfg, route, x_q, bf16 = kept
+    _FPROP_X.entry = None  # (the forward's last operand: not needed until the next forward)
+    with _no_autocast(_device_type(dy)):
+        dy2 = _as_dtype(_rows(dy), torch.float32)
+        accum = Accum.BF16 if bf16 else Accum.FP32
+        d, g = cfg.specs.dgrad, cfg.specs.wgrad
+        dx = dw = db = None
+        dyq = None  # Q(dY) shared by dgrad and wgrad (grad_reusable)
+        if need_x:
+            if not route.reuse_w:
+                v = route.dgrad_w
+                w = quantize_operand(w, v, 0, v.rounding,
+                                     _seed(cfg, Gemm.DGRAD, Operand.WEIGHT, v.rounding), bf16=bf16)
+            dyq = quantize_operand(dy2, d, -1, d.grad_rounding,
+                                   _seed(cfg, Gemm.DGRAD, Operand.GRAD_OUTPUT, d.grad_rounding),
+                                   cfg.tokens, bf16=bf16, activation=True)
+            dx = matmul(dyq, w, accum)
+            dx = _as_dtype(dx if len(x_shape) == 2 else dx.reshape(x_shape), x_dtype)
+        if need_w:
+            if not x_q:
+                x = _quantize_input(_WGRAD_X, x, g, 0, g.rounding,
+                                    _seed(cfg, Gemm.WGRAD, Operand.INPUT, g.rounding), cfg.tokens,
+                                    bf16)
+            if dyq is None or not route.reuse_dy:
+                dyq = quantize_operand(dy2, g, 0, g.grad_rounding,
+                                       _seed(cfg, Gemm.WGRAD, Operand.GRAD_OUTPUT,
+                                             g.grad_rounding), cfg.tokens, bf16=bf16,
+                                       activation=True)
+            dw = _as_dtype(matmul(dyq.t(), x, accum), w_dtype)
+        if need_b and b_dtype is not None:
+            db = _as_dtype(dy2.sum(0), b_dtype)
+    return dx, dw, db
+
+
+def hp_rebuilt(x: torch.Tensor, weight: torch.Tensor, cfg: GemmConfig
+               ) -> tuple[torch.Tensor, torch.Tensor, HpKept]:
+    """What :func:`hp_forward` keeps, rebuilt from ``X`` and ``W`` (for a backward run apart
+    from its forward, as the compiled ops do), as :func:`hp_backward`'s ``x``, ``w`` and
+    ``kept``.  Every operand backward then quantizes has the bits the eager forward would have
+    kept: ``X`` is re-quantized where the forward kept ``Q_fprop(X)``, which equals
+    ``Q_wgrad(X)`` (:func:`input_reusable`: RNE, axis-free), and a reused ``Q_fprop(W)`` is
+    recomputed with fprop's spec, axis and seed."""
+    route, bf16 = _route(cfg.specs), bf16_operands(cfg.accum, x.device)
+    w = weight
+    if route.reuse_w:
+        f = route.fprop_w
+        w = quantize_operand(weight, f, -1, f.rounding,
+                             _seed(cfg, Gemm.FPROP, Operand.WEIGHT, f.rounding), bf16=bf16)
+    return _rows(x), w, (cfg, route, False, bf16)
+
+
 class QuantizedLinearFn(torch.autograd.Function):
     """``Y = Q(X) Q(W)^T + b`` with per-GEMM formats in forward and backward (see module doc)."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                 cfg: GemmConfig, record: SavedBytes | None, needs_backward: bool) -> torch.Tensor:
+        ctx.meta = (x.shape, x.dtype, weight.dtype, None if bias is None else bias.dtype)
+        if plain_route(cfg):
+            y, tensors, ctx.hp = hp_forward(x, weight, bias, cfg, needs_backward, record)
+            if tensors is not None:
+                ctx.save_for_backward(*tensors)
+            return y
         y, saved = linear_forward(x, weight, bias, cfg, needs_backward, record)
         saved.stash(ctx)
-        ctx.meta = (x.shape, x.dtype, weight.dtype, None if bias is None else bias.dtype)
+        ctx.hp = None
         return y
 
     @staticmethod
     def backward(ctx, dy: torch.Tensor):
+        if ctx.hp is not None:
+            x, w = ctx.saved_tensors
+            grads = hp_backward(dy, x, w, ctx.hp, *ctx.meta, *ctx.needs_input_grad[:3])
+            return *grads, None, None, None
         saved = _Saved.unstash(ctx)
         dx, dw, db = linear_backward(dy, saved, *ctx.meta, *ctx.needs_input_grad[:3])
         saved.release()
@@ -665,15 +756,14 @@ def _native_fprop(x2: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
         s = cfg.specs
         d = s.dgrad.for_weight()
         if axis_free(wf) and d == wf:  # the dgrad operand is these codes, transposed
-            saved.keep("weight_fp8", b, weight=True)
+            saved.keep(b, weight=True)
         elif cfg.save is SaveMode.ENCODED and not d.is_identity:
             dseed = operand_seed(cfg.seed, cfg.step, Gemm.DGRAD, Operand.WEIGHT)
-            saved.keep("weight_dgrad", encode_operand(weight, d, 0, d.rounding, dseed),
-                       weight=True)
+            saved.keep(encode_operand(weight, d, 0, d.rounding, dseed), weight=True)
         else:
-            saved.keep("weight", weight, weight=True, counted=False)
+            saved.keep(weight, weight=True, counted=False)
         if axis_free(f) and s.wgrad == f:  # the wgrad operand is these codes, transposed
-            saved.keep("input_fp8", a, weight=False)
+            saved.keep(a, weight=False)
         else:
             _save_input(x2, saved)
     return scaled_mm(a, b, fast_accum=True, bias=bias)

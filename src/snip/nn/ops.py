@@ -9,9 +9,9 @@ autograd Function, joined by ``register_autograd``::
 
 Dynamo and AOTAutograd see only their fake implementations (the output shapes and dtypes), so a
 converted model compiles into whole graphs with no break at its layers, and Inductor fuses the
-ops between them.  The real implementations are :func:`~snip.nn.gemm.linear_forward` and
-:func:`~snip.nn.gemm.linear_backward`, the functions the eager Function runs, on the same
-operands with the same seeds: compiled equals eager bit for bit.
+ops between them.  The real implementations are :func:`~snip.nn.gemm.hp_forward` and
+:func:`~snip.nn.gemm.hp_backward`, the functions the eager Function runs for these settings, on
+the same operands with the same seeds: compiled equals eager bit for bit.
 
 What crosses the op boundary (ops take only tensors and primitives):
 
@@ -21,7 +21,7 @@ What crosses the op boundary (ops take only tensors and primitives):
 - ``step``: the layer's forward counter as a 0-d int64 tensor, so the counter that seeds
   stochastic rounding advances every step without a recompile.
 - backward gets ``X`` and ``W`` in high precision (``SaveMode.HP``'s rule) and rebuilds what
-  the eager forward would have kept (:func:`~snip.nn.gemm.hp_saved`).
+  the eager forward would have kept (:func:`~snip.nn.gemm.hp_rebuilt`).
 
 ``SaveMode.ENCODED`` and ``GemmImpl.NATIVE`` are not taken through the ops (packed operands and
 FP8 codes are not tensors an op can return); those layers keep one graph break per call.
@@ -35,7 +35,7 @@ import threading
 
 import torch
 
-from snip.nn.gemm import GemmConfig, hp_saved, linear_backward, linear_forward
+from snip.nn.gemm import GemmConfig, hp_backward, hp_forward, hp_rebuilt
 
 _LOCK = threading.Lock()
 _CONFIGS: list[GemmConfig] = []
@@ -70,7 +70,7 @@ def quantized_linear_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tenso
     """fprop of a quantized linear layer (``config``: :func:`config_handle`), and a copy of the
     step for backward (an op output: the partitioner cannot recompute it from a step tensor
     that the layer has advanced since)."""
-    y = linear_forward(x, weight, bias, _config(config, out_dtype, step), False)[0]
+    y = hp_forward(x, weight, bias, _config(config, out_dtype, step), False)[0]
     return y, step.clone()
 
 
@@ -85,9 +85,9 @@ def quantized_linear_backward_op(dy: torch.Tensor, x: torch.Tensor, weight: torc
                                  need_x: bool, need_w: bool, bias_dtype: torch.dtype | None
                                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dgrad, wgrad and the bias gradient; an empty tensor stands for one not needed."""
-    saved = hp_saved(x, weight, _config(config, out_dtype, step))
-    grads = linear_backward(dy, saved, x.shape, x.dtype, weight.dtype, bias_dtype, need_x,
-                            need_w, bias_dtype is not None)
+    x2, w, kept = hp_rebuilt(x, weight, _config(config, out_dtype, step))
+    grads = hp_backward(dy, x2, w, kept, x.shape, x.dtype, weight.dtype, bias_dtype, need_x,
+                        need_w, bias_dtype is not None)
     return tuple(g if g is not None else dy.new_empty(0) for g in grads)
 
 
