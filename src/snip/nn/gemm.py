@@ -565,9 +565,10 @@ def hp_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None, HpKept]:
     """:func:`linear_forward` for :func:`plain_route` configs, the same operand calls in fewer
     Python steps: ``Y``, the two tensors backward needs (``None`` without ``needs_backward``)
-    and what else :func:`hp_backward` takes.  The general path's bookkeeping (a ``_Saved``
-    object, per-operand helpers for every save mode and GEMM kind) is measurable at width 64
-    (RESULTS §7z); tests check that both paths give the same bits."""
+    and what else :func:`hp_backward` takes, without the general path's bookkeeping (a
+    ``_Saved`` object, per-operand helpers for every save mode and GEMM kind): about 0.01 of
+    a width-64 training step in scratch runs, unresolved over 8 process pairs (RESULTS §7z).
+    Tests check that both paths give the same bits."""
     _WGRAD_X.entry = None  # (the last backward's operand: not needed until the next backward)
     with _no_autocast(_device_type(x)):
         x2 = _rows(x)
