@@ -62,6 +62,12 @@ What backward needs is saved in one of two ways (:class:`SaveMode`): ``HP`` keep
 backward GEMMs consume -- ``Q_wgrad(X)`` along tokens and ``Q_dgrad(W)`` along out_features --
 and dequantizes them in backward.  Both give bit-identical gradients: ``encode(x).dequantize()``
 equals ``quantize(x)``, and a stochastic operand uses the same seed in either place.
+
+Two code paths run these steps.  The default settings (``HP``, emulated GEMMs:
+:func:`plain_route`) take :func:`hp_forward` and :func:`hp_backward`, straight-line and what
+``torch.compile`` traces too; ``ENCODED`` and ``gemm="native"`` take the general
+:func:`linear_forward` and :func:`linear_backward`, which handle every setting (``HP`` too,
+where a native GEMM falls back to emulation).  A test holds the two to the same bits.
 """
 
 from __future__ import annotations
@@ -229,7 +235,7 @@ class _LastInput(threading.local):
     checks rely on), quantized with the same spec, axis and output dtype; it holds its source,
     so the address cannot be reused while it lives.  One entry per thread and GEMM: it holds
     one operand beyond its use until the next call, and the other pass's first call drops it
-    (:func:`linear_forward`, :func:`linear_backward`).
+    (:func:`hp_forward`, :func:`hp_backward` and their general twins).
     """
 
     entry: tuple | None = None  # (source, key, quantized source)
