@@ -8,6 +8,7 @@ import torch
 
 from snip.formats import PRESETS, Scaling, encode, fast, get_spec, quantize
 from snip.formats.cast import draw_key
+from snip.formats.scaling import RowShard
 
 pytestmark = pytest.mark.skipif("not fast.enabled()",
                                 reason="fast path off (numba not installed or SNIP_FAST=0)")
@@ -444,9 +445,10 @@ def test_sr_span_equals_scalar_rounding(per_element):
 @pytest.mark.parametrize("rounding", ["rne", "stochastic"])
 def test_long_blocks_block_by_block(dtype, rounding, monkeypatch):
     """1x128 blocks are rounded block by block with scalar scales (a constant-size loop for whole
-    rows, run-time with a short last block otherwise; several short rows a task): same bits as
-    the torch path on padded rows, NaN/inf blocks and all-zero blocks, and the same SR bits
-    whatever the thread count."""
+    rows, run-time with a short last block otherwise; several short rows a task, whose SR pair
+    hashes are computed for all of the task's rows at once): same bits as the torch path on
+    padded rows, NaN/inf blocks and all-zero blocks, odd rows, rows placed where their pair
+    counters cross 2^32, and the same SR bits whatever the thread count."""
     g = torch.Generator().manual_seed(6)
     x = torch.randn(7, 300, generator=g) * torch.logspace(-5, 5, 300)
     x[1, 130] = float("nan")
@@ -466,6 +468,16 @@ def test_long_blocks_block_by_block(dtype, rounding, monkeypatch):
                     c, p, axis=ax, rounding=rounding, generator=4), monkeypatch)
                 monkeypatch.setattr(fast, "_PARALLEL_MIN", 0)
                 torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
+    # rows placed in a larger tensor whose SR pair counters cross 2^32 inside one task of 64
+    # rows (that task rounds span by span; the next ones take the rows' hashes at once with a
+    # high word of 1)
+    case = torch.randn(200, 64, generator=g).to(dtype)
+    for preset in ("fp8_e4m3_tile128", "fp4_e2m1_tile128"):
+        a, b = both_paths(lambda p=preset: quantize(
+            case, p, axis=-1, rounding=rounding, generator=4,
+            shard=RowShard(2**26 - 100, 2**26 + 200)), monkeypatch)
+        monkeypatch.setattr(fast, "_PARALLEL_MIN", 0)
+        assert torch.equal(a, b)
     before = torch.get_num_threads()
     try:
         for case in (cases[2], cases[4]):

@@ -1022,6 +1022,38 @@ if AVAILABLE:
                                  maxn))
 
     @njit(error_model="numpy")
+    def _sr_rows(xs, os_, nrows, length, k, nb, base, padded, enc, dec, mbits, emin, emax, maxn,
+                 k0, k1):
+        """Stochastic rounding of ``nrows`` whole rows of ``length`` in blocks of ``k`` (row
+        ``i``'s block ``b`` with the scales ``enc[i * nb + b]``, ``dec[i * nb + b]``; SR counters
+        ``base + i * padded + l``; ``length``, ``padded`` and ``base`` even, and every pair
+        counter of the rows under one high word): all the rows' pair hashes first, then block
+        by block rounding.  Block by block through :func:`_sr_span_buf`, a 64-wide row (the 1x128
+        tiles of a width-64 model) paid that span's set-up and partial-group loops for 32
+        pairs (RESULTS §7z)."""
+        half = length >> 1
+        p0 = base >> 1
+        lo0 = p0 & 0xFFFFFFFF
+        c = k1 + (p0 >> 32) * SR_GOLDEN
+        step = padded >> 1
+        hb = np.empty(nrows * half, np.uint32)
+        for i in range(nrows):
+            t = i * step
+            h = hb[i * half:(i + 1) * half]
+            for q in range(half):
+                h[q] = _pair_hash32(t + q, lo0, k0, c)
+        u16 = hb.view(np.uint16)  # element l of row i: half (l & 1) of pair hash i * half + l >> 1
+        for i in range(nrows):
+            for b in range(nb):
+                e, d = enc[i * nb + b], dec[i * nb + b]
+                lo = i * length + b * k
+                hi = i * length + min(length, (b + 1) * k)
+                xr, orow, ur = xs[lo:hi], os_[lo:hi], u16[lo:hi]
+                for j in range(hi - lo):
+                    _st(orow, j, _sr_elem(_ld(xr, j), np.float32(ur[j]), e, d, mbits, emin,
+                                          emax, maxn))
+
+    @njit(error_model="numpy")
     def _run_rows(xs, os_, nrows, length, k, base, padded, sfmt, pow2, emax_elem, maxn, mul,
                   t_dec, mbits, emin, emax, maxne, sr, k0, k1):
         """:func:`_run` for ``nrows`` whole rows of ``length`` (the last block of a row may be
@@ -1036,6 +1068,12 @@ if AVAILABLE:
         enc = np.empty(nrows * nb, np.float32)
         dec = np.empty(nrows * nb, np.float32)
         _scales(m, enc, dec, sfmt, pow2, emax_elem, maxn, mul, t_dec)
+        if sr and (length | padded | base) & 1 == 0 and (
+                ((base >> 1) & 0xFFFFFFFF) + (nrows - 1) * (padded >> 1) + (length >> 1)
+                <= 0xFFFFFFFF):
+            _sr_rows(xs, os_, nrows, length, k, nb, base, padded, enc, dec, mbits, emin, emax,
+                     maxne, k0, k1)
+            return
         hb = np.empty(_SR_GROUP, np.uint32)
         for i in range(nrows):
             for b in range(nb):
