@@ -1030,7 +1030,8 @@ if AVAILABLE:
         counter of the rows under one high word): all the rows' pair hashes first, then block
         by block rounding.  Block by block through :func:`_sr_span_buf`, a 64-wide row (the 1x128
         tiles of a width-64 model) paid that span's set-up and partial-group loops for 32
-        pairs (RESULTS §7z)."""
+        pairs: a call on such rows, or 192- and 704-wide ones, now takes 0.67-0.74x the time
+        (RESULTS §7aa)."""
         half = length >> 1
         p0 = base >> 1
         lo0 = p0 & 0xFFFFFFFF
