@@ -262,11 +262,12 @@ def _quantize_input(memo: _LastInput, x: torch.Tensor, spec: QuantSpec, axis: in
     return out
 
 
-def bf16_operands(accum: Accum, device: torch.device) -> bool:
+def bf16_operands(accum: Accum, x: torch.Tensor) -> bool:
     """Whether the GEMMs multiply bf16 operands (``Accum.BF16``, or ``AUTO`` where bf16 GEMMs
-    are native): then every quantized operand is made in bf16 directly (same values as the
-    fp32 one cast to bf16, one pass and half the bytes fewer)."""
-    return accum is Accum.BF16 or (accum is Accum.AUTO and bf16_gemm_native(device))
+    are native on ``x``'s device, read only then): every quantized operand is then made in
+    bf16 directly (same values as the fp32 one cast to bf16, one pass and half the bytes
+    fewer)."""
+    return accum is Accum.BF16 or (accum is Accum.AUTO and bf16_gemm_native(x.device))
 
 
 def _seed(cfg: GemmConfig, gemm: Gemm, operand: Operand, rounding: Rounding) -> int:
@@ -451,6 +452,47 @@ def _nbytes(v: torch.Tensor | QTensor | Fp8Operand) -> int:
     return v.nbytes if isinstance(v, QTensor) else v.numel() * v.element_size()
 
 
+# ---- the operands both paths make the same way (cfg and bf16: the call's; route: its specs') ----
+
+def _hp_fprop_weight(weight: torch.Tensor, cfg: GemmConfig, route: _Route,
+                     bf16: bool) -> torch.Tensor:
+    """``Q_fprop(W)`` along in_features with fprop's seed (``ENCODED`` draws its own)."""
+    w = route.fprop_w
+    return quantize_operand(weight, w, -1, w.rounding,
+                            _seed(cfg, Gemm.FPROP, Operand.WEIGHT, w.rounding), bf16=bf16)
+
+
+def _fprop_input(x2: torch.Tensor, cfg: GemmConfig, bf16: bool) -> torch.Tensor:
+    """``Q_fprop(X)`` along in_features (the previous layer's where it read the same ``X``)."""
+    f = cfg.specs.fprop
+    return _quantize_input(_FPROP_X, x2, f, -1, f.rounding,
+                           _seed(cfg, Gemm.FPROP, Operand.INPUT, f.rounding), cfg.tokens, bf16)
+
+
+def _dgrad_weight(weight: torch.Tensor, cfg: GemmConfig, route: _Route,
+                  bf16: bool) -> torch.Tensor:
+    """``Q_dgrad(W)`` along out_features."""
+    w = route.dgrad_w
+    return quantize_operand(weight, w, 0, w.rounding,
+                            _seed(cfg, Gemm.DGRAD, Operand.WEIGHT, w.rounding), bf16=bf16)
+
+
+def _wgrad_input(x2: torch.Tensor, cfg: GemmConfig, bf16: bool) -> torch.Tensor:
+    """``Q_wgrad(X)`` along tokens (the previous layer's where it read the same ``X``)."""
+    w = cfg.specs.wgrad
+    return _quantize_input(_WGRAD_X, x2, w, 0, w.rounding,
+                           _seed(cfg, Gemm.WGRAD, Operand.INPUT, w.rounding), cfg.tokens, bf16)
+
+
+def _grad_output(dy2: torch.Tensor, cfg: GemmConfig, bf16: bool, gemm: Gemm,
+                 axis: int) -> torch.Tensor:
+    """``Q(dY)`` with ``gemm``'s spec (dgrad or wgrad) along ``axis``."""
+    spec = cfg.specs.dgrad if gemm is Gemm.DGRAD else cfg.specs.wgrad
+    seed = _seed(cfg, gemm, Operand.GRAD_OUTPUT, spec.grad_rounding)
+    return quantize_operand(dy2, spec, axis, spec.grad_rounding, seed, cfg.tokens, bf16=bf16,
+                            activation=True)
+
+
 def _fprop_weight(weight: torch.Tensor, saved: _Saved, keep: bool) -> torch.Tensor:
     """``Q_fprop(W)``; with ``keep``, also decides what backward keeps of ``W``."""
     cfg, route = saved.cfg, saved.route
@@ -516,13 +558,11 @@ def linear_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
     _WGRAD_X.entry = None  # (the last backward's operand: not needed until the next backward)
     with _no_autocast(_device_type(x)):
         x2 = _rows(x)
-        saved = _Saved(cfg, native, bf16_operands(cfg.accum, x.device), record)
+        saved = _Saved(cfg, native, bf16_operands(cfg.accum, x), record)
         y = _native_fprop(x2, weight, bias, saved, needs_backward) if native else None
         if y is None:
             wq = _fprop_weight(weight, saved, needs_backward)
-            f = cfg.specs.fprop
-            xseed = _seed(cfg, Gemm.FPROP, Operand.INPUT, f.rounding)
-            xq = _quantize_input(_FPROP_X, x2, f, -1, f.rounding, xseed, cfg.tokens, saved.bf16)
+            xq = _fprop_input(x2, cfg, saved.bf16)
             if needs_backward:
                 _save_input(x2, saved, xq)
             y = matmul(xq, wq.t(), saved.accum, bias)
@@ -543,7 +583,7 @@ def linear_backward(dy: torch.Tensor, saved: _Saved, x_shape: torch.Size, x_dtyp
         dx = dw = db = None
         dyq = None  # Q(dY) shared by dgrad and wgrad (grad_reusable)
         if need_x and need_w and not saved.native and saved.route.reuse_dy:
-            dyq = _grad_output(dy2, saved, Gemm.DGRAD, -1)
+            dyq = _grad_output(dy2, saved.cfg, saved.bf16, Gemm.DGRAD, -1)
         if need_x:
             dx = _dgrad(dy2, saved, dyq)
             dx = _as_dtype(dx if len(x_shape) == 2 else dx.reshape(x_shape), x_dtype)
@@ -579,12 +619,9 @@ def hp_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
     with _no_autocast(_device_type(x)):
         x2 = _rows(x)
         route = _route(cfg.specs)
-        bf16 = cfg.accum is not Accum.FP32 and bf16_operands(cfg.accum, x.device)
-        w, f = route.fprop_w, cfg.specs.fprop
-        wq = quantize_operand(weight, w, -1, w.rounding,
-                              _seed(cfg, Gemm.FPROP, Operand.WEIGHT, w.rounding), bf16=bf16)
-        xq = _quantize_input(_FPROP_X, x2, f, -1, f.rounding,
-                             _seed(cfg, Gemm.FPROP, Operand.INPUT, f.rounding), cfg.tokens, bf16)
+        bf16 = bf16_operands(cfg.accum, x)
+        wq = _hp_fprop_weight(weight, cfg, route, bf16)
+        xq = _fprop_input(x2, cfg, bf16)
         y = matmul(xq, wq.t(), Accum.BF16 if bf16 else Accum.FP32, bias)
     if x.dim() != 2:
         y = y.reshape(*x.shape[:-1], -1)
@@ -611,29 +648,19 @@ def hp_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, kept: HpKept
     with _no_autocast(_device_type(dy)):
         dy2 = _as_dtype(_rows(dy), torch.float32)
         accum = Accum.BF16 if bf16 else Accum.FP32
-        d, g = cfg.specs.dgrad, cfg.specs.wgrad
         dx = dw = db = None
         dyq = None  # Q(dY) shared by dgrad and wgrad (grad_reusable)
         if need_x:
             if not route.reuse_w:
-                v = route.dgrad_w
-                w = quantize_operand(w, v, 0, v.rounding,
-                                     _seed(cfg, Gemm.DGRAD, Operand.WEIGHT, v.rounding), bf16=bf16)
-            dyq = quantize_operand(dy2, d, -1, d.grad_rounding,
-                                   _seed(cfg, Gemm.DGRAD, Operand.GRAD_OUTPUT, d.grad_rounding),
-                                   cfg.tokens, bf16=bf16, activation=True)
+                w = _dgrad_weight(w, cfg, route, bf16)
+            dyq = _grad_output(dy2, cfg, bf16, Gemm.DGRAD, -1)
             dx = matmul(dyq, w, accum)
             dx = _as_dtype(dx if len(x_shape) == 2 else dx.reshape(x_shape), x_dtype)
         if need_w:
             if not x_q:
-                x = _quantize_input(_WGRAD_X, x, g, 0, g.rounding,
-                                    _seed(cfg, Gemm.WGRAD, Operand.INPUT, g.rounding), cfg.tokens,
-                                    bf16)
+                x = _wgrad_input(x, cfg, bf16)
             if dyq is None or not route.reuse_dy:
-                dyq = quantize_operand(dy2, g, 0, g.grad_rounding,
-                                       _seed(cfg, Gemm.WGRAD, Operand.GRAD_OUTPUT,
-                                             g.grad_rounding), cfg.tokens, bf16=bf16,
-                                       activation=True)
+                dyq = _grad_output(dy2, cfg, bf16, Gemm.WGRAD, 0)
             dw = _as_dtype(matmul(dyq.t(), x, accum), w_dtype)
         if need_b and b_dtype is not None:
             db = _as_dtype(dy2.sum(0), b_dtype)
@@ -648,12 +675,8 @@ def hp_rebuilt(x: torch.Tensor, weight: torch.Tensor, cfg: GemmConfig
     kept: ``X`` is re-quantized where the forward kept ``Q_fprop(X)``, which equals
     ``Q_wgrad(X)`` (:func:`input_reusable`: RNE, axis-free), and a reused ``Q_fprop(W)`` is
     recomputed with fprop's spec, axis and seed."""
-    route, bf16 = _route(cfg.specs), bf16_operands(cfg.accum, x.device)
-    w = weight
-    if route.reuse_w:
-        f = route.fprop_w
-        w = quantize_operand(weight, f, -1, f.rounding,
-                             _seed(cfg, Gemm.FPROP, Operand.WEIGHT, f.rounding), bf16=bf16)
+    route, bf16 = _route(cfg.specs), bf16_operands(cfg.accum, x)
+    w = _hp_fprop_weight(weight, cfg, route, bf16) if route.reuse_w else weight
     return _rows(x), w, (cfg, route, False, bf16)
 
 
@@ -686,14 +709,6 @@ class QuantizedLinearFn(torch.autograd.Function):
         return dx, dw, db, None, None, None
 
 
-def _grad_output(dy2: torch.Tensor, saved: _Saved, gemm: Gemm, axis: int) -> torch.Tensor:
-    cfg = saved.cfg
-    spec = cfg.specs.dgrad if gemm is Gemm.DGRAD else cfg.specs.wgrad
-    seed = _seed(cfg, gemm, Operand.GRAD_OUTPUT, spec.grad_rounding)
-    return quantize_operand(dy2, spec, axis, spec.grad_rounding, seed, cfg.tokens, bf16=saved.bf16,
-                            activation=True)
-
-
 def _dgrad(dy2: torch.Tensor, saved: _Saved, dyq: torch.Tensor | None = None) -> torch.Tensor:
     """``dX = Q(dY) Q(W)``, both along out_features (``dyq``: ``Q(dY)`` if already computed)."""
     cfg, d = saved.cfg, saved.cfg.specs.dgrad
@@ -708,11 +723,9 @@ def _dgrad(dy2: torch.Tensor, saved: _Saved, dyq: torch.Tensor | None = None) ->
     elif saved.w_quantized:
         wq = saved.w
     else:
-        w = saved.route.dgrad_w
-        seed = _seed(cfg, Gemm.DGRAD, Operand.WEIGHT, w.rounding)
-        wq = quantize_operand(saved.w, w, 0, w.rounding, seed, bf16=saved.bf16)
+        wq = _dgrad_weight(saved.w, cfg, saved.route, saved.bf16)
     if dyq is None:
-        dyq = _grad_output(dy2, saved, Gemm.DGRAD, -1)
+        dyq = _grad_output(dy2, cfg, saved.bf16, Gemm.DGRAD, -1)
     return matmul(dyq, wq, saved.accum)
 
 
@@ -730,10 +743,9 @@ def _wgrad(dy2: torch.Tensor, saved: _Saved, dyq: torch.Tensor | None = None) ->
     elif saved.x_quantized:
         xq = saved.x
     else:
-        seed = _seed(cfg, Gemm.WGRAD, Operand.INPUT, w.rounding)
-        xq = _quantize_input(_WGRAD_X, saved.x, w, 0, w.rounding, seed, cfg.tokens, saved.bf16)
+        xq = _wgrad_input(saved.x, cfg, saved.bf16)
     if dyq is None:
-        dyq = _grad_output(dy2, saved, Gemm.WGRAD, 0)
+        dyq = _grad_output(dy2, cfg, saved.bf16, Gemm.WGRAD, 0)
     return matmul(dyq.t(), xq, saved.accum)
 
 
