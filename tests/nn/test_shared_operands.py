@@ -28,10 +28,10 @@ def _data():
             torch.randn(N, generator=g), torch.randn(T, N, generator=g))
 
 
-def _step(specs: GemmSpecs):
+def _step(specs: GemmSpecs, cfg: GemmConfig | None = None):
     x, w, b, dy = _data()
     x, w, b = (t.clone().requires_grad_() for t in (x, w, b))
-    y = quantized_linear(x, w, b, GemmConfig(specs=specs, seed=5, step=2))
+    y = quantized_linear(x, w, b, cfg or GemmConfig(specs=specs, seed=5, step=2))
     y.backward(dy)
     return y.detach(), x.grad, w.grad, b.grad
 
@@ -67,11 +67,18 @@ def test_shared_operands_equal_separate_quantizations(preset):
 
 @pytest.mark.parametrize("preset", MAIN)
 def test_fast_step_equals_reference_path(preset, monkeypatch):
-    """Forward and the three gradients are bit-identical with the fused kernels and without."""
+    """Forward and the three gradients are bit-identical with the fused kernels and without;
+    one config serves both runs, so the operand calls kept on it follow the switch (no fused
+    kernel call runs without the fast path)."""
     specs = GemmSpecs.uniform(preset)
-    fast_out = _step(specs)
+    cfg = GemmConfig(specs=specs, seed=5, step=2)
+    fast_out = _step(specs, cfg)
+    fused = []
+    real = fast._FusedCall.__call__
+    monkeypatch.setattr(fast._FusedCall, "__call__", lambda *a: fused.append(1) or real(*a))
     monkeypatch.setattr(fast, "enabled", lambda: False)
-    ref_out = _step(specs)
+    ref_out = _step(specs, cfg)
+    assert fused == []
     for a, r in zip(fast_out, ref_out, strict=True):
         assert torch.equal(a, r)
 
@@ -104,6 +111,12 @@ def _shared_input_block(presets, x, ws, dys, seeds=(1, 2, 3), tokens=None):
     return [(y.detach(), *g) for y, g in zip(ys, grads[::-1], strict=True)]
 
 
+class _NoMemo:
+    """A memo that never holds an entry (``snip.nn.gemm._LastInput``'s interface)."""
+
+    entry = property(lambda self: None, lambda self, value: None)
+
+
 def _count_input_calls(monkeypatch, shape):
     """Spy on quantize_operand: how many calls quantize an operand of ``shape`` per axis."""
     import snip.nn.gemm as gemm
@@ -134,9 +147,8 @@ def test_layers_sharing_an_input_quantize_it_once(preset, tokens, monkeypatch):
     got = _shared_input_block([preset] * 3, x, ws, dys, tokens=tokens)
     reuse_x = input_reusable(get_spec(preset), get_spec(preset))  # (bf16: fprop's Q(X) saved)
     assert calls == {-1: 1, 0: 0 if reuse_x else 1}
-    monkeypatch.setattr(gemm, "_quantize_input", lambda memo, x, spec, axis, rounding, seed,
-                        tokens, bf16: gemm.quantize_operand(x, spec, axis, rounding, seed,
-                                                            tokens, bf16=bf16))
+    for memo in ("_FPROP_X", "_WGRAD_X"):  # layers one by one, nothing shared
+        monkeypatch.setattr(gemm, memo, _NoMemo())
     calls.update({-1: 0, 0: 0})
     want = [_shared_input_block([preset], x, [w], [dy], seeds=(i + 1,), tokens=tokens)[0]
             for i, (w, dy) in enumerate(zip(ws, dys, strict=True))]

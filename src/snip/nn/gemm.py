@@ -65,9 +65,11 @@ equals ``quantize(x)``, and a stochastic operand uses the same seed in either pl
 
 Two code paths run these steps.  The default settings (``HP``, emulated GEMMs:
 :func:`plain_route`) take :func:`hp_forward` and :func:`hp_backward`, straight-line and what
-``torch.compile`` traces too; ``ENCODED`` and ``gemm="native"`` take the general
-:func:`linear_forward` and :func:`linear_backward`, which handle every setting (``HP`` too,
-where a native GEMM falls back to emulation).  A test holds the two to the same bits.
+``torch.compile`` traces too: their operand calls are found once per layer setting and operand
+shapes (:class:`HpPlan`), so each operand costs one kernel call.  ``ENCODED`` and
+``gemm="native"`` take the general :func:`linear_forward` and :func:`linear_backward`, which
+handle every setting (``HP`` too, where a native GEMM falls back to emulation) through
+:func:`quantize_operand`.  A test holds the two to the same bits.
 """
 
 from __future__ import annotations
@@ -77,6 +79,7 @@ import functools
 import hashlib
 import os
 import threading
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 
@@ -178,6 +181,9 @@ class GemmConfig:
         object.__setattr__(self, "save", as_save_mode(self.save))
         object.__setattr__(self, "accum", as_accum(self.accum))
         object.__setattr__(self, "gemm", as_gemm_impl(self.gemm))
+        # the HpPlans of this config's calls by operand shapes (hp_plan; not a field: shared
+        # by its at_step copies, not compared, hashed or pickled)
+        object.__setattr__(self, "_plans", {})
 
     def at_step(self, step: int) -> GemmConfig:
         """This config at another step, without re-validating the fields (a per-call copy)."""
@@ -185,6 +191,15 @@ class GemmConfig:
         c.__dict__.update(self.__dict__)
         c.__dict__["step"] = step
         return c
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state.pop("_plans", None)  # kernel calls: made again where the config is unpickled
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.__dict__["_plans"] = {}
 
 
 @dataclass
@@ -197,7 +212,12 @@ class SavedBytes:
 
 def operand_seed(seed: int, step: int, gemm: Gemm, operand: Operand) -> int:
     """A 63-bit seed for one operand's stochastic rounding, stable across processes."""
-    key = f"{seed}:{step}:{gemm.value}:{operand.value}".encode()
+    return _tagged_seed(seed, step, f"{gemm.value}:{operand.value}")
+
+
+def _tagged_seed(seed: int, step: int, tag: str) -> int:
+    """:func:`operand_seed` with its GEMM and operand as the ``tag`` ``"<gemm>:<operand>"``."""
+    key = f"{seed}:{step}:{tag}".encode()
     return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") >> 1
 
 
@@ -222,6 +242,9 @@ def quantize_operand(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Roun
     gen = seed if rounding is Rounding.STOCHASTIC else None
     return quantize(x, spec, axis=axis, rounding=rounding, generator=gen, shard=tokens,
                     dtype=out)
+
+
+_QUANTIZE_OPERAND = quantize_operand  # (replaced in this module: HpPlan calls the replacement)
 
 
 class _LastInput(threading.local):
@@ -454,14 +477,6 @@ def _nbytes(v: torch.Tensor | QTensor | Fp8Operand) -> int:
 
 # ---- the operands both paths make the same way (cfg and bf16: the call's; route: its specs') ----
 
-def _hp_fprop_weight(weight: torch.Tensor, cfg: GemmConfig, route: _Route,
-                     bf16: bool) -> torch.Tensor:
-    """``Q_fprop(W)`` along in_features with fprop's seed (``ENCODED`` draws its own)."""
-    w = route.fprop_w
-    return quantize_operand(weight, w, -1, w.rounding,
-                            _seed(cfg, Gemm.FPROP, Operand.WEIGHT, w.rounding), bf16=bf16)
-
-
 def _fprop_input(x2: torch.Tensor, cfg: GemmConfig, bf16: bool) -> torch.Tensor:
     """``Q_fprop(X)`` along in_features (the previous layer's where it read the same ``X``)."""
     f = cfg.specs.fprop
@@ -600,40 +615,157 @@ def plain_route(cfg: GemmConfig) -> bool:
     return cfg.save is SaveMode.HP and cfg.gemm is GemmImpl.EMULATED
 
 
+@dataclass(frozen=True)
+class _General:
+    """:func:`quantize_operand` for one operand kind that no one-pass kernel call serves (or an
+    input that is not fp32: it is cast first), called like a kernel call: ``(t, seed,
+    activation)``.  Equal for equal fields, so layers sharing an input share its memo entry."""
+
+    spec: QuantSpec
+    axis: int
+    rounding: Rounding
+    tokens: RowShard | None
+    bf16: bool
+    shape: torch.Size  # the operand's (it decides the output, and the memo compares calls)
+    dtype: torch.dtype
+
+    def __call__(self, t: torch.Tensor, seed: int, activation: bool) -> torch.Tensor:
+        return quantize_operand(t, self.spec, self.axis, self.rounding, seed, self.tokens,
+                                bf16=self.bf16, activation=activation)
+
+
+# an operand's quantizer: a kernel call (fast.planned) or _General, or None for an identity spec
+_Call = Callable[[torch.Tensor, int, bool], torch.Tensor]
+
+
+def _bound(t: torch.Tensor, spec: QuantSpec, axis: int, rounding: Rounding,
+           tokens: RowShard | None, bf16: bool) -> _Call | None:
+    """The call :func:`quantize_operand` makes for operands like ``t`` (same shape, dtype and
+    device), found once: ``None`` for an identity spec (the operand as fp32).  Where
+    ``quantize_operand`` has been replaced (a profiler's or a test's wrapper), every call goes
+    through the replacement (:class:`_General`)."""
+    if spec.is_identity:
+        return None
+    if t.dtype == torch.float32 and quantize_operand is _QUANTIZE_OPERAND:
+        call = fast.planned(t, spec, axis, rounding, torch.bfloat16 if bf16 else torch.float32,
+                            tokens)
+        if call is not None:
+            return call
+    return _General(spec, axis, rounding, tokens, bf16, t.shape, t.dtype)
+
+
+class HpPlan:
+    """Every operand call of one layer call with the default settings (:func:`plain_route`),
+    found once per (specs, tokens, input and weight shapes and dtypes, bf16 operands, device,
+    ``SNIP_FAST``): each a one-pass kernel call (or the general ``quantize`` path where none
+    applies), with whether it rounds stochastically (then it draws its GEMM's seed), and what
+    the specs let the call reuse.  :func:`hp_forward` and :func:`hp_backward` then spend no
+    Python on specs per operand: the same calls :func:`quantize_operand` would make, with the
+    same seeds."""
+
+    __slots__ = ("w_f", "x_f", "w_d", "dy_d", "dy_w", "x_w", "t_wf", "t_xf", "t_wd", "t_dyd",
+                 "t_dyw", "t_xw", "reuse_w", "reuse_dy", "x_q", "accum")
+
+    def __init__(self, cfg: GemmConfig, x2: torch.Tensor, weight: torch.Tensor,
+                 bf16: bool) -> None:
+        s, route, tok = cfg.specs, _route(cfg.specs), cfg.tokens
+        f, d, w = s.fprop, s.dgrad, s.wgrad
+        dy2 = x2.new_empty((x2.shape[0], weight.shape[0]), dtype=torch.float32)
+        fw, dw = route.fprop_w, route.dgrad_w
+        self.w_f = _bound(weight, fw, -1, fw.rounding, None, bf16)  # Q_fprop(W)
+        self.x_f = _bound(x2, f, -1, f.rounding, tok, bf16)  # Q_fprop(X)
+        self.w_d = None if route.reuse_w else _bound(weight, dw, 0, dw.rounding, None, bf16)
+        self.dy_d = _bound(dy2, d, -1, d.grad_rounding, tok, bf16)  # Q_dgrad(dY)
+        self.dy_w = _bound(dy2, w, 0, w.grad_rounding, tok, bf16)  # Q_wgrad(dY)
+        self.x_w = _bound(x2, w, 0, w.rounding, tok, bf16)  # Q_wgrad(X)
+        # the operands that draw a seed, by their operand_seed tag (None: round to nearest)
+        self.t_wf, self.t_xf, self.t_wd = (_tag(fw.rounding, Gemm.FPROP, Operand.WEIGHT),
+                                           _tag(f.rounding, Gemm.FPROP, Operand.INPUT),
+                                           _tag(dw.rounding, Gemm.DGRAD, Operand.WEIGHT))
+        self.t_dyd, self.t_dyw, self.t_xw = (
+            _tag(d.grad_rounding, Gemm.DGRAD, Operand.GRAD_OUTPUT),
+            _tag(w.grad_rounding, Gemm.WGRAD, Operand.GRAD_OUTPUT),
+            _tag(w.rounding, Gemm.WGRAD, Operand.INPUT))
+        self.reuse_w, self.reuse_dy = route.reuse_w, route.reuse_dy
+        # backward gets fprop's Q(X) where it is wgrad's operand and as small as X
+        self.x_q = route.reuse_x and x2.dtype == torch.float32
+        self.accum = Accum.BF16 if bf16 else Accum.FP32
+
+
+_PLANS_KEPT = 64  # plans one config keeps (one per input shape a run feeds the layer)
+
+
+def hp_plan(cfg: GemmConfig, x2: torch.Tensor, weight: torch.Tensor, bf16: bool) -> HpPlan:
+    """The :class:`HpPlan` of a call (``x2``: the input as rows), made once and kept on the
+    config (shared by its :meth:`~GemmConfig.at_step` copies: one per layer setting)."""
+    plans = cfg._plans
+    key = (x2.shape, x2.dtype, weight.shape, weight.dtype, bf16, x2.is_cpu, fast.enabled(),
+           quantize_operand)
+    plan = plans.get(key)
+    if plan is None:
+        if len(plans) >= _PLANS_KEPT:
+            plans.clear()
+        plan = plans[key] = HpPlan(cfg, x2, weight, bf16)
+    return plan
+
+
+def _input(memo: _LastInput, call: _Call | None, x2: torch.Tensor, cfg: GemmConfig,
+           tag: str | None) -> torch.Tensor:
+    """``X`` quantized by ``call`` (``tag``: its seed's, ``None`` for round to nearest), taken
+    from ``memo`` where the previous layer quantized the same data with the same call (RNE
+    only, and not inference tensors, which have no version counter: :func:`_quantize_input`)."""
+    if call is None:
+        return _as_dtype(x2, torch.float32)
+    if tag is not None or x2.is_inference():
+        return call(x2, _seed_of(cfg, tag), True)
+    key = (x2.data_ptr(), x2.stride(), x2._version, call)  # the call fixes spec, shape, dtype
+    e = memo.entry
+    if e is not None and e[1] == key:
+        return e[2]
+    out = call(x2, 0, True)
+    memo.entry = (x2, key, out)
+    return out
+
+
+def _tag(rounding: Rounding, gemm: Gemm, operand: Operand) -> str | None:
+    """The :func:`operand_seed` tag of an operand that rounds stochastically, else ``None``."""
+    return f"{gemm.value}:{operand.value}" if rounding is Rounding.STOCHASTIC else None
+
+
+def _seed_of(cfg: GemmConfig, tag: str | None) -> int:
+    """The operand's seed at ``cfg``'s step (0 for round to nearest: no draw)."""
+    return 0 if tag is None else _tagged_seed(cfg.seed, cfg.step, tag)
+
+
 # What hp_forward keeps for hp_backward besides X and W (or their reused quantized copies): the
-# config, its route (whose reuse_w says whether W is kept quantized), whether X is kept
-# quantized, and whether the GEMMs take bf16 operands.
-HpKept = tuple[GemmConfig, _Route, bool, bool]
+# config, the call's plan (whose reuse_w says whether W is kept quantized), and whether X is.
+HpKept = tuple[GemmConfig, HpPlan, bool]
 
 
 def hp_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                cfg: GemmConfig, needs_backward: bool, record: SavedBytes | None = None
                ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None, HpKept]:
-    """:func:`linear_forward` for :func:`plain_route` configs, the same operand calls in fewer
-    Python steps: ``Y``, the two tensors backward needs (``None`` without ``needs_backward``)
-    and what else :func:`hp_backward` takes, without the general path's bookkeeping (a
-    ``_Saved`` object, per-operand helpers for every save mode and GEMM kind): about 0.01 of
-    a width-64 training step in scratch runs, unresolved over 8 process pairs (RESULTS §7z).
-    Tests check that both paths give the same bits."""
+    """:func:`linear_forward` for :func:`plain_route` configs, the same operand calls through
+    the call's :class:`HpPlan`: ``Y``, the two tensors backward needs (``None`` without
+    ``needs_backward``) and what else :func:`hp_backward` takes.  Tests check that both paths
+    give the same bits."""
     _WGRAD_X.entry = None  # (the last backward's operand: not needed until the next backward)
     with _no_autocast(_device_type(x)):
         x2 = _rows(x)
-        route = _route(cfg.specs)
-        bf16 = bf16_operands(cfg.accum, x)
-        wq = _hp_fprop_weight(weight, cfg, route, bf16)
-        xq = _fprop_input(x2, cfg, bf16)
-        y = matmul(xq, wq.t(), Accum.BF16 if bf16 else Accum.FP32, bias)
+        plan = hp_plan(cfg, x2, weight, bf16_operands(cfg.accum, x))
+        call = plan.w_f
+        wq = _as_dtype(weight, torch.float32) if call is None else call(
+            weight, _seed_of(cfg, plan.t_wf), False)
+        xq = _input(_FPROP_X, plan.x_f, x2, cfg, plan.t_xf)
+        y = matmul(xq, wq.t(), plan.accum, bias)
     if x.dim() != 2:
         y = y.reshape(*x.shape[:-1], -1)
     y = _as_dtype(y, cfg.out_dtype or x.dtype)
-    # kept: fprop's Q(X) where it is wgrad's operand and as small as X (else X), and fprop's
-    # Q(W) where it is dgrad's (else W)
-    x_q = route.reuse_x and x2.dtype == torch.float32
-    kept = (xq if x_q else x2, wq if route.reuse_w else weight) if needs_backward else None
+    kept = (xq if plan.x_q else x2, wq if plan.reuse_w else weight) if needs_backward else None
     if record is not None:
         record.activation = _nbytes(kept[0]) if kept else 0
-        record.weight = _nbytes(wq) if kept and route.reuse_w else 0
-    return y, kept, (cfg, route, x_q, bf16)
+        record.weight = _nbytes(wq) if kept and plan.reuse_w else 0
+    return y, kept, (cfg, plan, plan.x_q)
 
 
 def hp_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, kept: HpKept,
@@ -643,25 +775,29 @@ def hp_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, kept: HpKept
     """:func:`linear_backward` for :func:`plain_route` configs: dgrad, wgrad and the bias
     gradient from the ``x`` and ``w`` :func:`hp_forward` kept (``X`` as rows, or its quantized
     copy; ``W`` or its quantized copy, as ``kept`` says)."""
-    cfg, route, x_q, bf16 = kept
+    cfg, plan, x_q = kept
     _FPROP_X.entry = None  # (the forward's last operand: not needed until the next forward)
     with _no_autocast(_device_type(dy)):
         dy2 = _as_dtype(_rows(dy), torch.float32)
-        accum = Accum.BF16 if bf16 else Accum.FP32
         dx = dw = db = None
         dyq = None  # Q(dY) shared by dgrad and wgrad (grad_reusable)
         if need_x:
-            if not route.reuse_w:
-                w = _dgrad_weight(w, cfg, route, bf16)
-            dyq = _grad_output(dy2, cfg, bf16, Gemm.DGRAD, -1)
-            dx = matmul(dyq, w, accum)
+            call = plan.w_d
+            if call is not None:
+                w = call(w, _seed_of(cfg, plan.t_wd), False)
+            elif not plan.reuse_w:
+                w = _as_dtype(w, torch.float32)
+            call = plan.dy_d
+            dyq = dy2 if call is None else call(dy2, _seed_of(cfg, plan.t_dyd), True)
+            dx = matmul(dyq, w, plan.accum)
             dx = _as_dtype(dx if len(x_shape) == 2 else dx.reshape(x_shape), x_dtype)
         if need_w:
             if not x_q:
-                x = _wgrad_input(x, cfg, bf16)
-            if dyq is None or not route.reuse_dy:
-                dyq = _grad_output(dy2, cfg, bf16, Gemm.WGRAD, 0)
-            dw = _as_dtype(matmul(dyq.t(), x, accum), w_dtype)
+                x = _input(_WGRAD_X, plan.x_w, x, cfg, plan.t_xw)
+            if dyq is None or not plan.reuse_dy:
+                call = plan.dy_w
+                dyq = dy2 if call is None else call(dy2, _seed_of(cfg, plan.t_dyw), True)
+            dw = _as_dtype(matmul(dyq.t(), x, plan.accum), w_dtype)
         if need_b and b_dtype is not None:
             db = _as_dtype(dy2.sum(0), b_dtype)
     return dx, dw, db
@@ -675,9 +811,14 @@ def hp_rebuilt(x: torch.Tensor, weight: torch.Tensor, cfg: GemmConfig
     kept: ``X`` is re-quantized where the forward kept ``Q_fprop(X)``, which equals
     ``Q_wgrad(X)`` (:func:`input_reusable`: RNE, axis-free), and a reused ``Q_fprop(W)`` is
     recomputed with fprop's spec, axis and seed."""
-    route, bf16 = _route(cfg.specs), bf16_operands(cfg.accum, x)
-    w = _hp_fprop_weight(weight, cfg, route, bf16) if route.reuse_w else weight
-    return _rows(x), w, (cfg, route, False, bf16)
+    x2 = _rows(x)
+    plan = hp_plan(cfg, x2, weight, bf16_operands(cfg.accum, x))
+    w = weight
+    if plan.reuse_w:
+        call = plan.w_f
+        w = _as_dtype(weight, torch.float32) if call is None else call(
+            weight, _seed_of(cfg, plan.t_wf), False)
+    return x2, w, (cfg, plan, False)  # X re-quantized where forward kept Q_fprop(X): same bits
 
 
 class QuantizedLinearFn(torch.autograd.Function):
