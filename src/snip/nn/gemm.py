@@ -656,12 +656,12 @@ def _bound(t: torch.Tensor, spec: QuantSpec, axis: int, rounding: Rounding,
 
 class HpPlan:
     """Every operand call of one layer call with the default settings (:func:`plain_route`),
-    found once per (specs, tokens, input and weight shapes and dtypes, bf16 operands, device,
-    ``SNIP_FAST``): each a one-pass kernel call (or the general ``quantize`` path where none
-    applies), with whether it rounds stochastically (then it draws its GEMM's seed), and what
-    the specs let the call reuse.  :func:`hp_forward` and :func:`hp_backward` then spend no
-    Python on specs per operand: the same calls :func:`quantize_operand` would make, with the
-    same seeds."""
+    found once per (specs, tokens, input and weight shapes and dtypes, bf16 operands, CPU or
+    not, ``SNIP_FAST``, the ``quantize_operand`` in force): each a one-pass kernel call (or
+    the general ``quantize`` path where none applies), the :func:`operand_seed` tag of each
+    operand that rounds stochastically, and what the specs let the call reuse.
+    :func:`hp_forward` and :func:`hp_backward` then spend no Python on specs per operand: the
+    same calls :func:`quantize_operand` would make, with the same seeds."""
 
     __slots__ = ("w_f", "x_f", "w_d", "dy_d", "dy_w", "x_w", "t_wf", "t_xf", "t_wd", "t_dyd",
                  "t_dyw", "t_xw", "reuse_w", "reuse_dy", "x_q", "accum")
@@ -737,6 +737,13 @@ def _seed_of(cfg: GemmConfig, tag: str | None) -> int:
     return 0 if tag is None else _tagged_seed(cfg.seed, cfg.step, tag)
 
 
+def _made(call: _Call | None, t: torch.Tensor, cfg: GemmConfig, tag: str | None,
+          activation: bool) -> torch.Tensor:
+    """``t`` quantized by its plan's ``call`` with its seed (as fp32 for an identity spec)."""
+    return _as_dtype(t, torch.float32) if call is None else call(t, _seed_of(cfg, tag),
+                                                                   activation)
+
+
 # What hp_forward keeps for hp_backward besides X and W (or their reused quantized copies): the
 # config, the call's plan (whose reuse_w says whether W is kept quantized), and whether X is.
 HpKept = tuple[GemmConfig, HpPlan, bool]
@@ -753,9 +760,7 @@ def hp_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
     with _no_autocast(_device_type(x)):
         x2 = _rows(x)
         plan = hp_plan(cfg, x2, weight, bf16_operands(cfg.accum, x))
-        call = plan.w_f
-        wq = _as_dtype(weight, torch.float32) if call is None else call(
-            weight, _seed_of(cfg, plan.t_wf), False)
+        wq = _made(plan.w_f, weight, cfg, plan.t_wf, False)
         xq = _input(_FPROP_X, plan.x_f, x2, cfg, plan.t_xf)
         y = matmul(xq, wq.t(), plan.accum, bias)
     if x.dim() != 2:
@@ -782,21 +787,16 @@ def hp_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, kept: HpKept
         dx = dw = db = None
         dyq = None  # Q(dY) shared by dgrad and wgrad (grad_reusable)
         if need_x:
-            call = plan.w_d
-            if call is not None:
-                w = call(w, _seed_of(cfg, plan.t_wd), False)
-            elif not plan.reuse_w:
-                w = _as_dtype(w, torch.float32)
-            call = plan.dy_d
-            dyq = dy2 if call is None else call(dy2, _seed_of(cfg, plan.t_dyd), True)
+            if not plan.reuse_w:  # (else w is the kept Q_fprop(W))
+                w = _made(plan.w_d, w, cfg, plan.t_wd, False)
+            dyq = _made(plan.dy_d, dy2, cfg, plan.t_dyd, True)
             dx = matmul(dyq, w, plan.accum)
             dx = _as_dtype(dx if len(x_shape) == 2 else dx.reshape(x_shape), x_dtype)
         if need_w:
             if not x_q:
                 x = _input(_WGRAD_X, plan.x_w, x, cfg, plan.t_xw)
             if dyq is None or not plan.reuse_dy:
-                call = plan.dy_w
-                dyq = dy2 if call is None else call(dy2, _seed_of(cfg, plan.t_dyw), True)
+                dyq = _made(plan.dy_w, dy2, cfg, plan.t_dyw, True)
             dw = _as_dtype(matmul(dyq.t(), x, plan.accum), w_dtype)
         if need_b and b_dtype is not None:
             db = _as_dtype(dy2.sum(0), b_dtype)
@@ -813,11 +813,7 @@ def hp_rebuilt(x: torch.Tensor, weight: torch.Tensor, cfg: GemmConfig
     recomputed with fprop's spec, axis and seed."""
     x2 = _rows(x)
     plan = hp_plan(cfg, x2, weight, bf16_operands(cfg.accum, x))
-    w = weight
-    if plan.reuse_w:
-        call = plan.w_f
-        w = _as_dtype(weight, torch.float32) if call is None else call(
-            weight, _seed_of(cfg, plan.t_wf), False)
+    w = _made(plan.w_f, weight, cfg, plan.t_wf, False) if plan.reuse_w else weight
     return x2, w, (cfg, plan, False)  # X re-quantized where forward kept Q_fprop(X): same bits
 
 
