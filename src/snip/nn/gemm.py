@@ -670,7 +670,8 @@ class HpPlan:
                  bf16: bool) -> None:
         s, route, tok = cfg.specs, _route(cfg.specs), cfg.tokens
         f, d, w = s.fprop, s.dgrad, s.wgrad
-        dy2 = x2.new_empty((x2.shape[0], weight.shape[0]), dtype=torch.float32)
+        # dY's shape, dtype and device (planning reads no data: one element, broadcast)
+        dy2 = x2.new_empty(1, dtype=torch.float32).expand(x2.shape[0], weight.shape[0])
         fw, dw = route.fprop_w, route.dgrad_w
         self.w_f = _bound(weight, fw, -1, fw.rounding, None, bf16)  # Q_fprop(W)
         self.x_f = _bound(x2, f, -1, f.rounding, tok, bf16)  # Q_fprop(X)
