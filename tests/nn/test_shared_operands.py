@@ -158,6 +158,23 @@ def test_layers_sharing_an_input_quantize_it_once(preset, tokens, monkeypatch):
             assert torch.equal(a, b)
 
 
+@pytest.mark.skipif("not fast.enabled()", reason="fast path off (numba not installed)")
+def test_layers_sharing_an_input_share_one_kernel_call(monkeypatch):
+    """With the one-pass kernels (no spy on ``quantize_operand``), q, k and v quantize their
+    shared ``X`` with one kernel call per pass too: the memo matches the kernel call itself."""
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(96, 160, generator=g)
+    ws = [torch.randn(n, 160, generator=g) / 8 for n in (128, 64, 64)]
+    dys = [torch.randn(96, n, generator=g) for n in (128, 64, 64)]
+    seen = []
+    real = fast._FusedCall.__call__
+    monkeypatch.setattr(fast._FusedCall, "__call__",
+                        lambda self, t, *a: seen.append(tuple(t.shape)) or real(self, t, *a))
+    _shared_input_block(["mxfp4"] * 3, x, ws, dys)
+    assert seen.count((96, 160)) == 2  # fprop's rows once, wgrad's columns once
+    assert len(seen) == 2 + 3 * 4  # and each layer's W twice and dY twice
+
+
 def test_input_memo_follows_writes_specs_and_roundings(monkeypatch):
     """No reuse across an in-place write to ``X`` (its version changes), another spec (an
     adaptive plan's neighbours), or stochastic rounding of ``X`` (a draw per layer)."""
