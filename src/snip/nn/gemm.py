@@ -253,36 +253,19 @@ class _LastInput(threading.local):
     Layers that share an input -- q, k and v of an attention block, gate and up of a SwiGLU --
     quantize the same ``X`` with the same spec one after the other, in fprop and again in wgrad;
     with RNE (no seed) the results are equal, so the second and third layers take the first
-    one's.  An entry matches the same data: same storage address, shape, strides and dtype,
+    one's (:func:`_input`).  An entry matches the same data: same storage address and strides,
     and the same version counter (which every in-place write bumps, as autograd's saved-tensor
-    checks rely on), quantized with the same spec, axis and output dtype; it holds its source,
-    so the address cannot be reused while it lives.  One entry per thread and GEMM: it holds
-    one operand beyond its use until the next call, and the other pass's first call drops it
-    (:func:`hp_forward`, :func:`hp_backward` and their general twins).
+    checks rely on), quantized by the same call (which fixes spec, axis, shape and input and
+    output dtypes); it holds its source, so the address cannot be reused while it lives.  One
+    entry per thread and GEMM: it holds one operand beyond its use until the next call, and
+    the other pass's first call drops it (:func:`hp_forward`, :func:`hp_backward` and their
+    general twins).
     """
 
     entry: tuple | None = None  # (source, key, quantized source)
 
 
 _FPROP_X, _WGRAD_X = _LastInput(), _LastInput()
-
-
-def _quantize_input(memo: _LastInput, x: torch.Tensor, spec: QuantSpec, axis: int,
-                    rounding: Rounding, seed: int, tokens: RowShard | None,
-                    bf16: bool) -> torch.Tensor:
-    """:func:`quantize_operand` of a token-major input ``X``, taken from ``memo`` when the
-    previous layer quantized the same data the same way (RNE only: a stochastic draw depends on
-    the layer's seed, and RNE draws no coins, so ``tokens`` does not matter; and not for
-    inference tensors, which have no version counter)."""
-    if rounding is Rounding.STOCHASTIC or spec.is_identity or x.is_inference():
-        return quantize_operand(x, spec, axis, rounding, seed, tokens, bf16=bf16, activation=True)
-    key = (x.data_ptr(), x.shape, x.stride(), x.dtype, x._version, spec, axis, bf16)
-    e = memo.entry
-    if e is not None and e[1] == key:
-        return e[2]
-    out = quantize_operand(x, spec, axis, rounding, seed, tokens, bf16=bf16, activation=True)
-    memo.entry = (x, key, out)
-    return out
 
 
 def bf16_operands(accum: Accum, x: torch.Tensor) -> bool:
@@ -295,9 +278,7 @@ def bf16_operands(accum: Accum, x: torch.Tensor) -> bool:
 
 def _seed(cfg: GemmConfig, gemm: Gemm, operand: Operand, rounding: Rounding) -> int:
     """The operand's SR seed, or 0 where it rounds to nearest (no draw: the hash is skipped)."""
-    if rounding is Rounding.STOCHASTIC:
-        return operand_seed(cfg.seed, cfg.step, gemm, operand)
-    return 0
+    return _seed_of(cfg, _tag(rounding, gemm, operand))
 
 
 _NO_CONTEXT = nullcontext()  # reusable: it keeps no state
@@ -475,13 +456,13 @@ def _nbytes(v: torch.Tensor | QTensor | Fp8Operand) -> int:
     return v.nbytes if isinstance(v, QTensor) else v.numel() * v.element_size()
 
 
-# ---- the operands both paths make the same way (cfg and bf16: the call's; route: its specs') ----
+# ---- the general path's operands (cfg and bf16: the call's; route: its specs') ----------------
 
 def _fprop_input(x2: torch.Tensor, cfg: GemmConfig, bf16: bool) -> torch.Tensor:
     """``Q_fprop(X)`` along in_features (the previous layer's where it read the same ``X``)."""
     f = cfg.specs.fprop
-    return _quantize_input(_FPROP_X, x2, f, -1, f.rounding,
-                           _seed(cfg, Gemm.FPROP, Operand.INPUT, f.rounding), cfg.tokens, bf16)
+    return _input(_FPROP_X, _bound(x2, f, -1, f.rounding, cfg.tokens, bf16), x2, cfg,
+                  _tag(f.rounding, Gemm.FPROP, Operand.INPUT))
 
 
 def _dgrad_weight(weight: torch.Tensor, cfg: GemmConfig, route: _Route,
@@ -495,8 +476,8 @@ def _dgrad_weight(weight: torch.Tensor, cfg: GemmConfig, route: _Route,
 def _wgrad_input(x2: torch.Tensor, cfg: GemmConfig, bf16: bool) -> torch.Tensor:
     """``Q_wgrad(X)`` along tokens (the previous layer's where it read the same ``X``)."""
     w = cfg.specs.wgrad
-    return _quantize_input(_WGRAD_X, x2, w, 0, w.rounding,
-                           _seed(cfg, Gemm.WGRAD, Operand.INPUT, w.rounding), cfg.tokens, bf16)
+    return _input(_WGRAD_X, _bound(x2, w, 0, w.rounding, cfg.tokens, bf16), x2, cfg,
+                  _tag(w.rounding, Gemm.WGRAD, Operand.INPUT))
 
 
 def _grad_output(dy2: torch.Tensor, cfg: GemmConfig, bf16: bool, gemm: Gemm,
@@ -714,7 +695,9 @@ def _input(memo: _LastInput, call: _Call | None, x2: torch.Tensor, cfg: GemmConf
            tag: str | None) -> torch.Tensor:
     """``X`` quantized by ``call`` (``tag``: its seed's, ``None`` for round to nearest), taken
     from ``memo`` where the previous layer quantized the same data with the same call (RNE
-    only, and not inference tensors, which have no version counter: :func:`_quantize_input`)."""
+    only: a stochastic draw depends on the layer's seed, while RNE draws no coins, so the
+    tokens' place does not matter; and not inference tensors, which have no version
+    counter)."""
     if call is None:
         return _as_dtype(x2, torch.float32)
     if tag is not None or x2.is_inference():
