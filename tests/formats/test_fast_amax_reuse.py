@@ -2,6 +2,7 @@
 skips the pass that would compute it and changes no bit, and nothing stale or layout-bound is
 ever reused (an in-place write, a NaN/inf, a caller that did not vouch for the tensor)."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -24,6 +25,13 @@ def _fused(x: torch.Tensor, axis: int, rounding: str) -> torch.Tensor:
     return fast.quantize_fused(x, NV, axis, fast.Rounding(rounding), 7, reuse_amax=True)
 
 
+def _kept_is_the_amax(x: torch.Tensor) -> None:
+    """What ``x`` keeps: its version, its amax and that amax's (``mul``, ``t_dec``)."""
+    version, amax, mul, t_dec = getattr(x, fast._AMAX_ATTR)
+    assert (version, amax) == (x._version, x.abs().max().item())
+    assert (mul, t_dec) == fast._nvfp4_tensor_scale(amax, np.float32(6.0))
+
+
 def _no_amax_pass(*args):
     raise AssertionError("the tensor amax was computed again")
 
@@ -32,8 +40,9 @@ def _no_amax_pass(*args):
 def test_second_axis_takes_the_kept_amax(rounding, monkeypatch):
     x = torch.randn(64, 96, generator=torch.Generator().manual_seed(0)) * 3
     rows = _fused(x, -1, rounding)  # whole blocks of 16: block maxima and amax in one pass
-    assert getattr(x, fast._AMAX_ATTR) == (x._version, x.abs().max().item())
+    _kept_is_the_amax(x)
     monkeypatch.setattr(fast, "_clean_amax", _no_amax_pass)
+    monkeypatch.setattr(fast, "_nvfp4_tensor_scale", _no_amax_pass)
     cols = _fused(x, 0, rounding)
     monkeypatch.undo()
     assert torch.equal(rows, _reference(x, -1, rounding, monkeypatch))
@@ -47,7 +56,8 @@ def test_columns_first_keep_it_too(monkeypatch):
     cols = _fused(x, 0, "rne")
     kept = getattr(x, fast._AMAX_ATTR)
     rows = _fused(x, -1, "rne")
-    assert getattr(x, fast._AMAX_ATTR) == kept == (x._version, x.abs().max().item())
+    assert getattr(x, fast._AMAX_ATTR) == kept
+    _kept_is_the_amax(x)
     assert torch.equal(cols, _reference(x, 0, "rne", monkeypatch))
     assert torch.equal(rows, _reference(x, -1, "rne", monkeypatch))
 
@@ -57,7 +67,7 @@ def test_an_in_place_write_makes_it_stale(monkeypatch):
     _fused(x, -1, "rne")
     x.mul_(3.0)  # bumps the version counter
     assert torch.equal(_fused(x, 0, "rne"), _reference(x, 0, "rne", monkeypatch))
-    assert getattr(x, fast._AMAX_ATTR) == (x._version, x.abs().max().item())
+    _kept_is_the_amax(x)
 
 
 def test_nan_or_inf_is_never_kept(monkeypatch):

@@ -86,11 +86,12 @@ def test_fast_step_equals_reference_path(preset, monkeypatch):
 @pytest.mark.skipif("not fast.enabled()", reason="fast path off (numba not installed)")
 def test_nvfp4_amax_of_x_and_dy_kept_for_wgrad(monkeypatch):
     """NVFP4's tensor amax of ``X`` (fprop's rows) and ``dY`` (dgrad's rows) is kept on them
-    for wgrad's column calls, which do not compute it again; a weight is never marked (the
+    for wgrad's column calls, which compute neither it nor its scale again; a weight is never marked (the
     bits are :func:`test_fast_step_equals_reference_path`'s)."""
     calls = []
-    real = fast._clean_amax
-    monkeypatch.setattr(fast, "_clean_amax", lambda *a: calls.append(a) or real(*a))
+    for name in ("_clean_amax", "_nvfp4_tensor_scale"):  # (the amax pass, its scale)
+        real = getattr(fast, name)
+        monkeypatch.setattr(fast, name, lambda *a, real=real: calls.append(a) or real(*a))
     x, w, b, dy = _data()
     x, w, b = (t.clone().requires_grad_() for t in (x, w, b))
     y = quantized_linear(x, w, b, GemmConfig(specs=GemmSpecs.uniform("nvfp4"), seed=5, step=2))

@@ -1909,6 +1909,37 @@ if AVAILABLE:
         inv_elem = np.float32(1.0 / np.float64(maxn))
         return s_enc * inv_elem, one / s_enc
 
+    # NVFP4's two passes in one call from Python: the first pass, the tensor scale and the
+    # rounding pass, each a kernel above, called from compiled code (a parallel kernel called
+    # from a serial one runs its own parallel region, as from Python).  Against three calls
+    # from Python this saves two dispatches, the scale's fp32 scalars and the block-maxima
+    # array's allocation there: ~7 us a call (RESULTS §7ad).
+
+    @njit(cache=True, error_model="numpy")
+    def _rows_nvfp4(x, out, n_rows, length, k_rt, kt, padded, c_off, sfmt, pow2, emax_elem,
+                    maxn, is_int, mbits, emin, emax, maxne, step, inv_step, sr, k0, k1):
+        """:func:`_fused_rows` over whole blocks of ``len(kt)`` after :func:`_block_max_bits`
+        (block maxima and tensor amax in one pass) and the tensor scale; returns the tensor
+        amax, the largest |x| bits (at or above ``_FINITE_BITS``: some NaN/inf), ``mul`` and
+        ``t_dec``."""
+        bmax = np.empty(x.shape[0] // len(kt), np.int32)
+        x_amax, top = _block_max_bits(x, kt, bmax)
+        mul, t_dec = _nvfp4_tensor_scale_f32(x_amax, maxn)
+        _fused_rows(x, out, n_rows, length, k_rt, kt, padded, c_off, bmax, sfmt, pow2,
+                    emax_elem, maxn, mul, t_dec, np.float32(0), np.float32(0), is_int, mbits,
+                    emin, emax, maxne, step, inv_step, sr, k0, k1)
+        return x_amax, top, mul, t_dec
+
+    @njit(cache=True, error_model="numpy")
+    def _tiles_nvfp4(x, out, r, c, k, sfmt, pow2, emax_elem, maxn, mbits, emin, emax, maxne):
+        """:func:`_fused_tiles` after :func:`_tile_max_bits` and the tensor scale (NVFP4's
+        2-D weight tiles, round to nearest)."""
+        bmax = np.empty(((r + k - 1) // k) * ((c + k - 1) // k), np.int32)
+        x_amax = _tile_max_bits(x, r, c, k, bmax)
+        mul, t_dec = _nvfp4_tensor_scale_f32(x_amax, maxn)
+        _fused_tiles(x, out, r, c, k, bmax, sfmt, pow2, emax_elem, maxn, mul, t_dec, mbits,
+                     emin, emax, maxne)
+
 
 def _tensor_scale(amax: np.float32, maxn: np.float32) -> tuple[np.float32, np.float32]:
     """(encode, decode) of :func:`snip.formats.scaling.fp32_scales` (no power-of-two rounding)
@@ -1936,8 +1967,9 @@ def quantize_fused(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Roundi
     ``reuse_amax``: the caller vouches that ``x`` changes only through writes its version
     counter sees (an activation or a gradient inside a training step, not a weight written
     through ``.data``).  NVFP4's tensor amax, once computed for ``x`` with no NaN/inf in it, is
-    then kept on ``x`` for its version, and a later call on ``x`` along the other axis skips the
-    pass that would compute it again (the amax of all elements does not depend on the blocks).
+    then kept on ``x`` for its version with its block scales' ``mul`` and ``t_dec``, and a
+    later call on ``x`` along the other axis skips the pass and the scale that would compute
+    them again (the amax of all elements does not depend on the blocks).
 
     Same bits as the PyTorch path: the block scales follow :mod:`snip.formats.scaling`
     operation for operation, the SR coin is :func:`snip.formats.cast.counter_uniforms` of the
@@ -2008,10 +2040,10 @@ class _FusedCall:
             run(_np(x), _np(out), k0, k1, None)
         else:
             kept = getattr(src, _AMAX_ATTR, None)
-            known = kept[1] if kept is not None and kept[0] == src._version else None
-            amax = run(_np(x), _np(out), k0, k1, known)
-            if known is None and amax is not None:
-                setattr(src, _AMAX_ATTR, (src._version, amax))
+            known = kept[1:] if kept is not None and kept[0] == src._version else None
+            found = run(_np(x), _np(out), k0, k1, known)
+            if known is None and found is not None:
+                setattr(src, _AMAX_ATTR, (src._version, *found))
         if timed is not None:
             self.choice.record(timed, time.perf_counter() - t)
         return out
@@ -2070,15 +2102,17 @@ def planned(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Rounding,
     return call if call and x.is_cpu and enabled() else None
 
 
-# (x, out, SR key words) -> None; NVFP4's runs take one more argument, the tensor amax if known,
-# and return the one they computed where the tensor holds no NaN/inf (else None)
-_Run = Callable[..., np.float32 | None]
+# NVFP4's tensor amax and the (mul, t_dec) of its block scales, as fp32 scalars
+_Known = tuple[np.float32, np.float32, np.float32]
+# (x, out, SR key words) -> None; NVFP4's runs take one more argument, the _Known of the tensor
+# if known, and return the one they computed where the tensor holds no NaN/inf (else None)
+_Run = Callable[..., _Known | None]
 _PLANS: dict[tuple, _FusedCall] = {}  # quantize_fused's calls by kind
 _PLANS_MAX = 4096  # distinct calls remembered (a training run makes a few dozen)
 # planned's choice by kind: the call, or False (no one-pass kernel)
 _CALLS: dict[tuple, _FusedCall | _Bf16Call | bool] = {}
 _Z = np.float32(0)
-_AMAX_ATTR = "_snip_nvfp4_amax"  # (version, tensor amax) kept on a tensor (``reuse_amax``)
+_AMAX_ATTR = "_snip_nvfp4_amax"  # (version, *_Known) kept on a tensor (``reuse_amax``)
 
 
 def _plan(spec: QuantSpec, shape: tuple[int, ...], axis: int, sr: bool,
@@ -2112,8 +2146,7 @@ def _plan(spec: QuantSpec, shape: tuple[int, ...], axis: int, sr: bool,
     padded = -(-length // k) * k
     whole = inner == 1 and length % k == 0
     kt = (0,) * k if k in (16, 32) and length % k == 0 else ()
-    first = _nvfp4_first_pass(fmt, n, outer, length, inner, k, kt if whole else ()) \
-        if sfmt == 3 else None
+    first = _nvfp4_first_pass(fmt, outer, length, inner, k) if sfmt == 3 else None
     stride = counters.stride if counters.row else padded  # the SR counters' row stride
     if inner == 1:
         if whole and stride == padded:  # whole blocks: one long row balances best
@@ -2135,10 +2168,17 @@ def _plan(spec: QuantSpec, shape: tuple[int, ...], axis: int, sr: bool,
                 _fused_rows(xs, os_, *args, k0, k1)
             return rows
 
+        if kt:  # whole blocks: block maxima, scale and rounding in one call
+            def rows_nvfp4_whole(xs: np.ndarray, os_: np.ndarray, k0: int, k1: int,
+                                 known: _Known | None) -> _Known | None:
+                x_amax, top, mul, t_dec = _rows_nvfp4(xs, os_, *head, *mid, *elem, k0, k1)
+                return (f32(x_amax), f32(mul), f32(t_dec)) if top < _FINITE_BITS else None
+            return rows_nvfp4_whole
+
         def rows_nvfp4(xs: np.ndarray, os_: np.ndarray, k0: int, k1: int,
-                       known: np.float32 | None) -> np.float32 | None:
-            bmax, mul, t_dec, amax = first(xs, known)
-            _fused_rows(xs, os_, *head, bmax, *mid, mul, t_dec, _Z, _Z, *elem, k0, k1)
+                       known: _Known | None) -> _Known | None:
+            mul, t_dec, amax = first(xs, known)
+            _fused_rows(xs, os_, *head, _NO_BMAX, *mid, mul, t_dec, _Z, _Z, *elem, k0, k1)
             return amax
         return rows_nvfp4
     head = (outer, length, inner, k, stride, counters.offset, sfmt, pow2, emax_elem, maxn)
@@ -2150,34 +2190,29 @@ def _plan(spec: QuantSpec, shape: tuple[int, ...], axis: int, sr: bool,
         return cols
 
     def cols_nvfp4(xs: np.ndarray, os_: np.ndarray, k0: int, k1: int,
-                   known: np.float32 | None) -> np.float32 | None:
-        _, mul, t_dec, amax = first(xs, known)
+                   known: _Known | None) -> _Known | None:
+        mul, t_dec, amax = first(xs, known)
         _fused_cols(xs, os_, *head, mul, t_dec, *elem, k0, k1)
         return amax
     return cols_nvfp4
 
 
-def _nvfp4_first_pass(fmt: ElementFormat, n: int, outer: int, length: int, inner: int, k: int,
-                      kt: tuple) -> Callable[[np.ndarray, np.float32 | None], tuple]:
-    """NVFP4's pass before the rounding: the tensor amax (and, for whole blocks of a
-    compile-time size ``len(kt)``, every block's maximum, which the rounding pass reuses),
-    turned into the (``mul``, ``t_dec``) of the block scales; and the amax for the caller to
-    keep (``None`` where some element is NaN/inf: the amax of the blocks without one depends on
-    the blocks).  With the amax ``known`` and no block maxima to find, there is no pass."""
-    f32 = np.float32
-    maxn = f32(fmt.max_normal)
+def _nvfp4_first_pass(fmt: ElementFormat, outer: int, length: int, inner: int,
+                      k: int) -> Callable[[np.ndarray, _Known | None], tuple]:
+    """NVFP4's pass before the rounding where the blocks are not whole rows of a compile-time
+    size (those take :func:`_rows_nvfp4`): the tensor amax, turned into the (``mul``,
+    ``t_dec``) of the block scales; returned with what the caller keeps (:data:`_Known`;
+    ``None`` where some element is NaN/inf: the amax of the blocks without one depends on the
+    blocks).  With it ``known``, there is no pass and no scale to compute."""
+    maxn = np.float32(fmt.max_normal)
 
-    def first(xs: np.ndarray, known: np.float32 | None) -> tuple:
-        if kt:  # one pass for all block maxima and the tensor amax
-            bmax = np.empty(n // k, np.int32)
-            x_amax, top = _block_max_bits(xs, kt, bmax)
-        elif known is not None:
-            return (_NO_BMAX, *_nvfp4_tensor_scale(known, maxn), known)
-        else:
-            bmax = _NO_BMAX
-            x_amax, top = _clean_amax(xs, outer, length, inner, k)
-        amax = f32(x_amax)
-        return (bmax, *_nvfp4_tensor_scale(amax, maxn), amax if top < _FINITE_BITS else None)
+    def first(xs: np.ndarray, known: _Known | None) -> tuple:
+        if known is not None:
+            return known[1], known[2], known
+        x_amax, top = _clean_amax(xs, outer, length, inner, k)
+        amax = np.float32(x_amax)
+        mul, t_dec = _nvfp4_tensor_scale(amax, maxn)
+        return mul, t_dec, (amax, mul, t_dec) if top < _FINITE_BITS else None
     return first
 
 
@@ -2192,12 +2227,8 @@ def _tiles_plan(spec: QuantSpec, shape: tuple[int, ...], sfmt: int, pow2: bool,
         def tiles(xs: np.ndarray, os_: np.ndarray, k0: int, k1: int) -> None:
             _fused_tiles(xs, os_, r, c, k, _NO_BMAX, sfmt, pow2, emax_elem, maxn, _Z, _Z, *tail)
         return tiles
-    n_tiles = -(-r // k) * -(-c // k)
 
     def tiles_nvfp4(xs: np.ndarray, os_: np.ndarray, k0: int, k1: int,
-                    known: np.float32 | None) -> None:
-        bmax = np.empty(n_tiles, np.int32)  # (the tile maxima are needed: ``known`` saves nothing)
-        x_amax = _tile_max_bits(xs, r, c, k, bmax)
-        mul, t_dec = _nvfp4_tensor_scale(x_amax, maxn)  # (it makes both fp32 scalars)
-        _fused_tiles(xs, os_, r, c, k, bmax, sfmt, pow2, emax_elem, maxn, mul, t_dec, *tail)
+                    known: _Known | None) -> None:  # (the tile maxima are needed: ``known``
+        _tiles_nvfp4(xs, os_, r, c, k, sfmt, pow2, emax_elem, maxn, *tail)  # saves nothing)
     return tiles_nvfp4
