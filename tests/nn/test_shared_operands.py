@@ -86,8 +86,8 @@ def test_fast_step_equals_reference_path(preset, monkeypatch):
 @pytest.mark.skipif("not fast.enabled()", reason="fast path off (numba not installed)")
 def test_nvfp4_amax_of_x_and_dy_kept_for_wgrad(monkeypatch):
     """NVFP4's tensor amax of ``X`` (fprop's rows) and ``dY`` (dgrad's rows) is kept on them
-    for wgrad's column calls, which compute neither it nor its scale again; a weight is never marked (the
-    bits are :func:`test_fast_step_equals_reference_path`'s)."""
+    for wgrad's column calls, which compute neither it nor its scale again; a weight is never
+    marked (the bits are :func:`test_fast_step_equals_reference_path`'s)."""
     calls = []
     for name in ("_clean_amax", "_nvfp4_tensor_scale"):  # (the amax pass, its scale)
         real = getattr(fast, name)
