@@ -84,6 +84,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 from snip.errors import UserError
 from snip.formats import (
@@ -645,9 +646,9 @@ class HpPlan:
     same calls :func:`quantize_operand` would make, with the same seeds."""
 
     __slots__ = ("w_f", "x_f", "w_d", "dy_d", "dy_w", "x_w", "t_wf", "t_xf", "t_wd", "t_dyd",
-                 "t_dyw", "t_xw", "reuse_w", "reuse_dy", "x_q", "accum")
+                 "t_dyw", "t_xw", "reuse_w", "reuse_dy", "x_q", "accum", "y_shape")
 
-    def __init__(self, cfg: GemmConfig, x2: torch.Tensor, weight: torch.Tensor,
+    def __init__(self, cfg: GemmConfig, x: torch.Tensor, x2: torch.Tensor, weight: torch.Tensor,
                  bf16: bool) -> None:
         s, route, tok = cfg.specs, _route(cfg.specs), cfg.tokens
         f, d, w = s.fprop, s.dgrad, s.wgrad
@@ -672,22 +673,25 @@ class HpPlan:
         # backward gets fprop's Q(X) where it is wgrad's operand and as small as X
         self.x_q = route.reuse_x and x2.dtype == torch.float32
         self.accum = Accum.BF16 if bf16 else Accum.FP32
+        # Y's shape where X is not a matrix (Y is made as rows, then viewed)
+        self.y_shape = None if x.dim() == 2 else (*x.shape[:-1], weight.shape[0])
 
 
 _PLANS_KEPT = 64  # plans one config keeps (one per input shape a run feeds the layer)
 
 
-def hp_plan(cfg: GemmConfig, x2: torch.Tensor, weight: torch.Tensor, bf16: bool) -> HpPlan:
-    """The :class:`HpPlan` of a call (``x2``: the input as rows), made once and kept on the
-    config (shared by its :meth:`~GemmConfig.at_step` copies: one per layer setting)."""
+def hp_plan(cfg: GemmConfig, x: torch.Tensor, x2: torch.Tensor, weight: torch.Tensor,
+            bf16: bool) -> HpPlan:
+    """The :class:`HpPlan` of a call (``x2``: the input ``x`` as rows), made once and kept on
+    the config (shared by its :meth:`~GemmConfig.at_step` copies: one per layer setting)."""
     plans = cfg._plans
-    key = (x2.shape, x2.dtype, weight.shape, weight.dtype, bf16, x2.is_cpu, fast.enabled(),
+    key = (x.shape, x2.dtype, weight.shape, weight.dtype, bf16, x2.is_cpu, fast.enabled(),
            quantize_operand)
     plan = plans.get(key)
     if plan is None:
         if len(plans) >= _PLANS_KEPT:
             plans.clear()
-        plan = plans[key] = HpPlan(cfg, x2, weight, bf16)
+        plan = plans[key] = HpPlan(cfg, x, x2, weight, bf16)
     return plan
 
 
@@ -743,12 +747,15 @@ def hp_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
     _WGRAD_X.entry = None  # (the last backward's operand: not needed until the next backward)
     with _no_autocast(_device_type(x)):
         x2 = _rows(x)
-        plan = hp_plan(cfg, x2, weight, bf16_operands(cfg.accum, x))
+        plan = hp_plan(cfg, x, x2, weight, bf16_operands(cfg.accum, x))
         wq = _made(plan.w_f, weight, cfg, plan.t_wf, False)
         xq = _input(_FPROP_X, plan.x_f, x2, cfg, plan.t_xf)
-        y = matmul(xq, wq.t(), plan.accum, bias)
-    if x.dim() != 2:
-        y = y.reshape(*x.shape[:-1], -1)
+        if plan.accum is Accum.FP32:  # matmul's mm / addmm, its transpose made in C++
+            y = F.linear(xq, wq, None if bias is None else _as_dtype(bias, torch.float32))
+        else:
+            y = matmul(xq, wq.t(), plan.accum, bias)
+    if plan.y_shape is not None:
+        y = y.view(plan.y_shape)
     y = _as_dtype(y, cfg.out_dtype or x.dtype)
     kept = (xq if plan.x_q else x2, wq if plan.reuse_w else weight) if needs_backward else None
     if record is not None:
@@ -774,14 +781,16 @@ def hp_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, kept: HpKept
             if not plan.reuse_w:  # (else w is the kept Q_fprop(W))
                 w = _made(plan.w_d, w, cfg, plan.t_wd, False)
             dyq = _made(plan.dy_d, dy2, cfg, plan.t_dyd, True)
-            dx = matmul(dyq, w, plan.accum)
+            dx = torch.mm(dyq, w) if plan.accum is Accum.FP32 else matmul(dyq, w, plan.accum)
             dx = _as_dtype(dx if len(x_shape) == 2 else dx.reshape(x_shape), x_dtype)
         if need_w:
             if not x_q:
                 x = _input(_WGRAD_X, plan.x_w, x, cfg, plan.t_xw)
             if dyq is None or not plan.reuse_dy:
                 dyq = _made(plan.dy_w, dy2, cfg, plan.t_dyw, True)
-            dw = _as_dtype(matmul(dyq.t(), x, plan.accum), w_dtype)
+            dw = torch.mm(dyq.t(), x) if plan.accum is Accum.FP32 else matmul(dyq.t(), x,
+                                                                              plan.accum)
+            dw = _as_dtype(dw, w_dtype)
         if need_b and b_dtype is not None:
             db = _as_dtype(dy2.sum(0), b_dtype)
     return dx, dw, db
@@ -796,7 +805,7 @@ def hp_rebuilt(x: torch.Tensor, weight: torch.Tensor, cfg: GemmConfig
     ``Q_wgrad(X)`` (:func:`input_reusable`: RNE, axis-free), and a reused ``Q_fprop(W)`` is
     recomputed with fprop's spec, axis and seed."""
     x2 = _rows(x)
-    plan = hp_plan(cfg, x2, weight, bf16_operands(cfg.accum, x))
+    plan = hp_plan(cfg, x, x2, weight, bf16_operands(cfg.accum, x))
     w = _made(plan.w_f, weight, cfg, plan.t_wf, False) if plan.reuse_w else weight
     return x2, w, (cfg, plan, False)  # X re-quantized where forward kept Q_fprop(X): same bits
 
