@@ -374,8 +374,18 @@ def matmul(a: torch.Tensor, b: torch.Tensor, accum: Accum,
         out = (a.bfloat16() @ b.bfloat16()).float()
         return out if bias is None else out + bias.float()
     if bias is None:
-        return a @ b
+        return torch.mm(a, b)  # (what ``a @ b`` runs for matrices, without its dispatch)
     return torch.addmm(bias.float(), a, b)  # the kernel F.linear uses: identity stays exact
+
+
+def linear(a: torch.Tensor, w: torch.Tensor, accum: Accum,
+           bias: torch.Tensor | None = None) -> torch.Tensor:
+    """:func:`matmul` of ``a`` and ``w.t()`` (fprop's ``Q(X) Q(W)^T + b``); in fp32 through
+    ``F.linear``, the same ``mm`` / ``addmm`` with the transpose made in C++ (no view op from
+    Python)."""
+    if accum is Accum.FP32:
+        return F.linear(a, w, None if bias is None else _as_dtype(bias, torch.float32))
+    return matmul(a, w.t(), accum, bias)
 
 
 class _Saved:
@@ -562,7 +572,7 @@ def linear_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
             xq = _fprop_input(x2, cfg, saved.bf16)
             if needs_backward:
                 _save_input(x2, saved, xq)
-            y = matmul(xq, wq.t(), saved.accum, bias)
+            y = linear(xq, wq, saved.accum, bias)
     if x.dim() != 2:
         y = y.reshape(*x.shape[:-1], -1)
     return _as_dtype(y, cfg.out_dtype or x.dtype), saved
@@ -750,10 +760,7 @@ def hp_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
         plan = hp_plan(cfg, x, x2, weight, bf16_operands(cfg.accum, x))
         wq = _made(plan.w_f, weight, cfg, plan.t_wf, False)
         xq = _input(_FPROP_X, plan.x_f, x2, cfg, plan.t_xf)
-        if plan.accum is Accum.FP32:  # matmul's mm / addmm, its transpose made in C++
-            y = F.linear(xq, wq, None if bias is None else _as_dtype(bias, torch.float32))
-        else:
-            y = matmul(xq, wq.t(), plan.accum, bias)
+        y = linear(xq, wq, plan.accum, bias)
     if plan.y_shape is not None:
         y = y.view(plan.y_shape)
     y = _as_dtype(y, cfg.out_dtype or x.dtype)
@@ -781,16 +788,14 @@ def hp_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, kept: HpKept
             if not plan.reuse_w:  # (else w is the kept Q_fprop(W))
                 w = _made(plan.w_d, w, cfg, plan.t_wd, False)
             dyq = _made(plan.dy_d, dy2, cfg, plan.t_dyd, True)
-            dx = torch.mm(dyq, w) if plan.accum is Accum.FP32 else matmul(dyq, w, plan.accum)
+            dx = matmul(dyq, w, plan.accum)
             dx = _as_dtype(dx if len(x_shape) == 2 else dx.reshape(x_shape), x_dtype)
         if need_w:
             if not x_q:
                 x = _input(_WGRAD_X, plan.x_w, x, cfg, plan.t_xw)
             if dyq is None or not plan.reuse_dy:
                 dyq = _made(plan.dy_w, dy2, cfg, plan.t_dyw, True)
-            dw = torch.mm(dyq.t(), x) if plan.accum is Accum.FP32 else matmul(dyq.t(), x,
-                                                                              plan.accum)
-            dw = _as_dtype(dw, w_dtype)
+            dw = _as_dtype(matmul(dyq.t(), x, plan.accum), w_dtype)
         if need_b and b_dtype is not None:
             db = _as_dtype(dy2.sum(0), b_dtype)
     return dx, dw, db
