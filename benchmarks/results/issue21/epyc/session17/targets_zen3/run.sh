@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The runs of PLAN.md: 6 runs of the current code at every model, one after another.
 set -u
-cd "$(dirname "$0")/../../../../.."
+cd "$(dirname "$0")/../../../../../.."
 OUT=benchmarks/results/issue21/epyc/session17/targets_zen3
 for i in $(seq 1 6); do
   [ -f $OUT/run_$i.json ] && continue
