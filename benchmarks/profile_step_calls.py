@@ -13,12 +13,12 @@ and the other layers run between them.  For one model and preset, in one process
    the quantized operands change elsewhere (the GEMMs, seeds), ``snip_fp32 - fp32`` the layer
    code.
 2. **Each kind of call** (shape, axis, rounding): its wall time inside the step and that of its
-   numba kernel alone (``_fused_rows`` / ``_fused_cols`` wrapped), against the same call repeated
-   on its own on the same operand (warm caches), medians; per step, the sums.  The in-step
-   times include this script's timing wrapper and the cold caches a call meets where it runs;
-   they are not what moving or batching the calls would save (quantizing all weights in one
-   loop at the start of the step saved nothing, RESULTS §7v): read part 1 for the calls'
-   share of the step.
+   numba kernel alone (``_fused_rows`` / ``_fused_cols`` and their one-thread twins wrapped),
+   against the same call repeated on its own on the same operand (warm caches), medians; per
+   step, the sums.  The in-step times include this script's timing wrapper and the cold caches
+   a call meets where it runs; they are not what moving or batching the calls would save
+   (quantizing all weights in one loop at the start of the step saved nothing, RESULTS §7v):
+   read part 1 for the calls' share of the step.
 
     PYTHONPATH=src python benchmarks/profile_step_calls.py --model tiny-deep --preset mxfp4
 """
@@ -106,7 +106,9 @@ def split(model: str, preset: str, tokens: int, rounds: int) -> dict[str, float]
 def calls(model: str, preset: str, tokens: int, rounds: int) -> list[dict]:
     """Per kind of quantizer call: in-step wall and kernel us, and alone (warm) us."""
     arm = Arm(model, preset, _batch(model, tokens))
-    kernels = {"rows": fast._fused_rows, "cols": fast._fused_cols}
+    # (each kernel's parallel build and its one-thread twin, which one-thread calls run)
+    kernels = {name: getattr(fast, name) for name in ("_fused_rows", "_fused_cols",
+                                                      "_fused_rows_1t", "_fused_cols_1t")}
     cur: dict = {}
 
     def wrap(name):
@@ -135,7 +137,8 @@ def calls(model: str, preset: str, tokens: int, rounds: int) -> list[dict]:
         sample[key] = bound
         return out
 
-    fast._fused_rows, fast._fused_cols = wrap("rows"), wrap("cols")
+    for name in kernels:
+        setattr(fast, name, wrap(name))
     gemm.quantize_operand = timed
     try:
         for _ in range(2):
@@ -144,7 +147,8 @@ def calls(model: str, preset: str, tokens: int, rounds: int) -> list[dict]:
         for _ in range(rounds):
             arm.step()
     finally:
-        fast._fused_rows, fast._fused_cols = kernels["rows"], kernels["cols"]
+        for name, kernel in kernels.items():
+            setattr(fast, name, kernel)
         gemm.quantize_operand = _REAL
     rows = []
     for key, v in log.items():

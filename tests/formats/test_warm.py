@@ -1,7 +1,7 @@
 """``python -m snip.formats.warm`` (run by ``make setup``) must reach every parallel kernel of
-:mod:`snip.formats.fast` (directly, or through the compiled caller that alone calls it) with
-every input and output dtype a run uses: a kernel it misses is compiled (tens of seconds) by
-the first training process that needs it."""
+:mod:`snip.formats.fast` (directly, or through the compiled caller that alone calls it), and
+every one-thread twin, with every input and output dtype a run uses: a kernel it misses is
+compiled (tens of seconds) by the first training process that needs it."""
 
 import numpy as np
 import pytest
@@ -17,11 +17,14 @@ FUSED = ("_fused_rows", "_fused_cols", "_fused_short_rows", "_fused_tiles")
 INNER = {"_block_max_bits": "_rows_nvfp4", "_tile_max_bits": "_tiles_nvfp4"}
 
 
-def test_warm_reaches_every_parallel_kernel_with_each_dtype(monkeypatch) -> None:
+def test_warm_reaches_every_parallel_kernel_and_twin_with_each_dtype(monkeypatch) -> None:
+    """Every parallel kernel and every one-thread twin (``<name>_1t``, what one-thread calls
+    run): the warm-up makes each call with the twins off and on."""
     kernels = {name: v for name, v in vars(fast).items()
                if hasattr(v, "py_func") and (v.targetoptions.get("parallel")
-                                             or name in INNER.values())}
-    assert set(FUSED) <= set(kernels) and set(INNER) <= set(kernels)
+                                             or name in INNER.values() or name.endswith("_1t"))}
+    twins = {f + "_1t" for f in FUSED} | {c + "_1t" for c in INNER.values()}
+    assert set(FUSED) <= set(kernels) and set(INNER) <= set(kernels) and twins <= set(kernels)
     for name in INNER:  # (a wrapper from Python would not see their calls)
         del kernels[name]
     seen: set[tuple[str, str, str]] = set()
@@ -30,7 +33,7 @@ def test_warm_reaches_every_parallel_kernel_with_each_dtype(monkeypatch) -> None
             arrays = [a for a in args if isinstance(a, np.ndarray)]
             seen.add((_name, str(arrays[0].dtype), str(arrays[1].dtype) if len(arrays) > 1
                       else ""))
-            if _name in ("_fused_rows", "_rows_nvfp4"):  # kt: a compile-time block size
+            if _name.removesuffix("_1t") in ("_fused_rows", "_rows_nvfp4"):  # kt: block size
                 seen.add((_name, "kt", str(len(args[5]))))
             return _real(*args)
         monkeypatch.setattr(fast, name, wrapper)
@@ -39,13 +42,15 @@ def test_warm_reaches_every_parallel_kernel_with_each_dtype(monkeypatch) -> None
     fast._PLANS.clear()
     called = {s[0] for s in seen}
     assert called == set(kernels), f"warm misses {set(kernels) - called}"
-    for name in ("_fused_rows", "_fused_cols", "_fused_short_rows",  # fp32 / bf16 (uint16)
-                 "_rows_nvfp4"):
-        for io in (("float32", "float32"), ("float32", "uint16"), ("uint16", "uint16")):
-            assert (name, *io) in seen, (name, io)
-    # (16, 32) or none; NVFP4's whole blocks of 16 reach _fused_rows through _rows_nvfp4
-    assert {("_fused_rows", "kt", n) for n in ("0", "32")} | {("_rows_nvfp4", "kt", "16")} <= seen
-    assert ("_bf16_rows", "uint32", "uint16") in seen and ("_bf16_rows", "uint32", "uint32") in seen
+    for twin in ("", "_1t"):
+        for name in ("_fused_rows", "_fused_cols", "_fused_short_rows",  # fp32 / bf16 (uint16)
+                     "_rows_nvfp4"):
+            for io in (("float32", "float32"), ("float32", "uint16"), ("uint16", "uint16")):
+                assert (name + twin, *io) in seen, (name + twin, io)
+        # (16, 32) or none; NVFP4's whole blocks of 16 reach _fused_rows through _rows_nvfp4
+        assert {("_fused_rows" + twin, "kt", n) for n in ("0", "32")} <= seen
+        assert ("_rows_nvfp4" + twin, "kt", "16") in seen
+        assert {("_bf16_rows" + twin, "uint32", io) for io in ("uint16", "uint32")} <= seen
 
 
 def test_parts_run_every_call_once_and_two_parts_split_by_input_dtype() -> None:

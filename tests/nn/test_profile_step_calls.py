@@ -16,6 +16,7 @@ def test_calls_records_every_kind_of_call_of_a_step_and_restores_the_quantizer()
     assert {r["axis"] for r in rows} == {-1, 0}  # forward's rows and wgrad's columns
     assert gemm.quantize_operand is script._REAL
     assert fast._fused_rows.__name__ == "_fused_rows"
+    assert fast._fused_rows_1t.__name__ == "_fused_rows_1t"
     arm, made = script.Arm("tiny-deep", "nvfp4", script._batch("tiny-deep", 128)), []
 
     def count(*a, **k):

@@ -89,7 +89,7 @@ def test_nvfp4_amax_of_x_and_dy_kept_for_wgrad(monkeypatch):
     for wgrad's column calls, which compute neither it nor its scale again; a weight is never
     marked (the bits are :func:`test_fast_step_equals_reference_path`'s)."""
     calls = []
-    for name in ("_clean_amax", "_nvfp4_tensor_scale"):  # (the amax pass, its scale)
+    for name in ("_clean_amax", "_clean_amax_1t", "_nvfp4_tensor_scale"):  # (amax pass, scale)
         real = getattr(fast, name)
         monkeypatch.setattr(fast, name, lambda *a, real=real: calls.append(a) or real(*a))
     x, w, b, dy = _data()

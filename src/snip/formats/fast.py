@@ -64,6 +64,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
+from types import FunctionType
 
 import numpy as np
 import torch
@@ -140,6 +141,9 @@ _launched = False
 _PARALLEL_MIN = int(os.environ.get("SNIP_PARALLEL_MIN", str(1 << 20)))
 _ADAPT = "SNIP_PARALLEL_MIN" not in os.environ
 _ADAPT_MIN = 1 << 14  # below: ~10 us of work, which a second thread cannot shorten
+# one-thread calls run each entry kernel's one-thread twin (:func:`_one_thread_twin`), not the
+# parallel build with a one-thread region; ``SNIP_SERIAL_KERNELS=0`` runs the parallel builds
+_TWINS = os.environ.get("SNIP_SERIAL_KERNELS", "1") != "0"
 _set_here = threading.local()  # .n: the numba thread count this thread last set (thread-local)
 
 
@@ -188,20 +192,22 @@ class _ThreadChoice:
         if k == 2 * self.PROBES - 1 and one and every:
             self.parallel = max(every) < self.MARGIN * statistics.median(one)
 
-    def threads(self, n: int) -> bool | None:
+    def threads(self, n: int) -> tuple[bool | None, bool]:
         """Set numba's thread count for a call of ``n`` elements (all of torch's threads from
         ``_PARALLEL_MIN`` up; between ``_ADAPT_MIN`` and it, as this choice says).  Returns
-        whether it runs on all threads when the call is to be timed for :meth:`record`, else
-        ``None``."""
+        whether it runs on all threads when the call is to be timed for :meth:`record` (else
+        ``None``), and whether it is to run the one-thread twins (:data:`_TWINS` and one
+        thread)."""
         adapt = _ADAPT and _ADAPT_MIN <= n < _PARALLEL_MIN and torch.get_num_threads() > 1
         parallel = self.pick() if adapt else n >= _PARALLEL_MIN
-        _follow_torch_threads(n, parallel)
-        return parallel if adapt else None
+        one = _follow_torch_threads(n, parallel) == 1 and _TWINS
+        return (parallel if adapt else None), one
 
 
-def _follow_torch_threads(numel: int | None = None, parallel: bool | None = None) -> None:
+def _follow_torch_threads(numel: int | None = None, parallel: bool | None = None) -> int:
     """Use as many numba threads as torch does: on a busy machine oversubscribed thread pools
     make small kernels 10-60x slower, and users already tune ``torch.set_num_threads``.
+    Returns the count set.
 
     Launching numba's OpenMP pool calls ``omp_set_num_threads(NUMBA_NUM_THREADS)``, which
     silently resets torch's own thread count (they share libgomp); so the first call launches
@@ -219,7 +225,7 @@ def _follow_torch_threads(numel: int | None = None, parallel: bool | None = None
     else:
         n = max(1, min(want, numba.config.NUMBA_NUM_THREADS))
     if _launched and getattr(_set_here, "n", None) == n:
-        return
+        return n
     if not _launched:
         numba.get_num_threads()  # launches the threading layer
         torch.set_num_threads(want)
@@ -227,6 +233,7 @@ def _follow_torch_threads(numel: int | None = None, parallel: bool | None = None
     if numba.get_num_threads() != n:
         numba.set_num_threads(n)
     _set_here.n = n
+    return n
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1667,10 +1674,11 @@ def round_bf16(x: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Ten
         if len(_BF16_CHOICES) >= _PLANS_MAX:
             _BF16_CHOICES.clear()
         choice = _BF16_CHOICES[n] = _ThreadChoice()
-    timed = choice.threads(n)
+    timed, one = choice.threads(n)
     out = empty_like(x, dtype)
     t = 0.0 if timed is None else time.perf_counter()
-    _bf16_rows(_np(x, True), _np(out, dtype == torch.float32), _CHUNK * 4)
+    (_bf16_rows_1t if one else _bf16_rows)(_np(x, True), _np(out, dtype == torch.float32),
+                                           _CHUNK * 4)
     if timed is not None:
         choice.record(timed, time.perf_counter() - t)
     return out
@@ -1940,6 +1948,37 @@ if AVAILABLE:
         _fused_tiles(x, out, r, c, k, bmax, sfmt, pow2, emax_elem, maxn, mul, t_dec, mbits,
                      emin, emax, maxne)
 
+    def _one_thread_twin(kernel, **calls):
+        """The one-thread build of an entry kernel: the same Python function compiled without
+        ``parallel=True`` (its ``prange`` loops run in order on the calling thread), under a
+        name of its own (``<name>_1t``: numba names its cache files after it), with ``calls``
+        in place of the module's functions of those names (a compiled caller's parallel
+        kernels).  The tasks do the same operations on the same elements, and the kernels'
+        only cross-task results are integer maxima, so the bits are the parallel build's.  A
+        parallel build called on one thread still opens a parallel region: the twin saves that
+        (~1-5 us a call, more between GEMMs than in a tight loop), which a training step at
+        width 64-128 pays a hundred or more times (RESULTS §7af)."""
+        py = kernel.py_func
+        scope = {**py.__globals__, **calls} if calls else py.__globals__
+        twin = FunctionType(py.__code__, scope, py.__name__ + "_1t", py.__defaults__,
+                            py.__closure__)
+        twin.__qualname__ = py.__qualname__ + "_1t"
+        return njit(cache=True, error_model="numpy")(twin)
+
+    _fused_rows_1t = _one_thread_twin(_fused_rows)
+    _fused_short_rows_1t = _one_thread_twin(_fused_short_rows)
+    _fused_cols_1t = _one_thread_twin(_fused_cols)
+    _fused_tiles_1t = _one_thread_twin(_fused_tiles)
+    _clean_amax_1t = _one_thread_twin(_clean_amax)
+    _tensor_amax_1t = _one_thread_twin(_tensor_amax)
+    _bf16_rows_1t = _one_thread_twin(_bf16_rows)
+    _rows_nvfp4_1t = _one_thread_twin(
+        _rows_nvfp4, _fused_rows=_fused_rows_1t,
+        _block_max_bits=_one_thread_twin(_block_max_bits))
+    _tiles_nvfp4_1t = _one_thread_twin(
+        _tiles_nvfp4, _fused_tiles=_fused_tiles_1t,
+        _tile_max_bits=_one_thread_twin(_tile_max_bits))
+
 
 def _tensor_scale(amax: np.float32, maxn: np.float32) -> tuple[np.float32, np.float32]:
     """(encode, decode) of :func:`snip.formats.scaling.fp32_scales` (no power-of-two rounding)
@@ -2024,7 +2063,7 @@ class _FusedCall:
                  reuse_amax: bool = False) -> torch.Tensor:
         src = x
         x = x.contiguous()
-        timed = self.choice.threads(self.n)
+        timed, one = self.choice.threads(self.n)
         out = torch.empty_like(x) if self.plain else empty_like(x, self.dtype)
         if not self.sr:
             k0 = k1 = 0
@@ -2035,13 +2074,13 @@ class _FusedCall:
         t = 0.0 if timed is None else time.perf_counter()
         run = self.run
         if not self.nvfp4:
-            run(_np(x), _np(out), k0, k1)
+            run(_np(x), _np(out), k0, k1, one)
         elif not reuse_amax or src.is_inference():  # (an inference tensor has no version counter)
-            run(_np(x), _np(out), k0, k1, None)
+            run(_np(x), _np(out), k0, k1, one, None)
         else:
             kept = getattr(src, _AMAX_ATTR, None)
             known = kept[1:] if kept is not None and kept[0] == src._version else None
-            found = run(_np(x), _np(out), k0, k1, known)
+            found = run(_np(x), _np(out), k0, k1, one, known)
             if known is None and found is not None:
                 setattr(src, _AMAX_ATTR, (src._version, *found))
         if timed is not None:
@@ -2104,8 +2143,9 @@ def planned(x: torch.Tensor, spec: QuantSpec, axis: int, rounding: Rounding,
 
 # NVFP4's tensor amax and the (mul, t_dec) of its block scales, as fp32 scalars
 _Known = tuple[np.float32, np.float32, np.float32]
-# (x, out, SR key words) -> None; NVFP4's runs take one more argument, the _Known of the tensor
-# if known, and return the one they computed where the tensor holds no NaN/inf (else None)
+# (x, out, SR key words, one thread?) -> None; one thread: the one-thread twins.  NVFP4's runs
+# take one more argument, the _Known of the tensor if known, and return the one they computed
+# where the tensor holds no NaN/inf (else None)
 _Run = Callable[..., _Known | None]
 _PLANS: dict[tuple, _FusedCall] = {}  # quantize_fused's calls by kind
 _PLANS_MAX = 4096  # distinct calls remembered (a training run makes a few dozen)
@@ -2130,14 +2170,14 @@ def _plan(spec: QuantSpec, shape: tuple[int, ...], axis: int, sr: bool,
     if spec.scaling is Scaling.TENSOR:
         head = (1, n, _CHUNK, (), n, counters.offset, _NO_BMAX, -1, pow2, emax_elem, maxn, _Z, _Z)
 
-        def tensor(xs: np.ndarray, os_: np.ndarray, k0: int, k1: int) -> None:
-            t_amax = _tensor_amax(xs, _CHUNK)
+        def tensor(xs: np.ndarray, os_: np.ndarray, k0: int, k1: int, one: bool) -> None:
+            t_amax = (_tensor_amax_1t if one else _tensor_amax)(xs, _CHUNK)
             if spec.pow2_scales:
                 sc = fp32_scales(torch.tensor([[float(t_amax)]], dtype=torch.float32), spec)
                 t_enc, t_dec = f32(sc.encode.item()), f32(sc.decode.item())
             else:
                 t_enc, t_dec = _tensor_scale(t_amax, maxn)  # (it makes both fp32 scalars)
-            _fused_rows(xs, os_, *head, t_enc, t_dec, *elem, k0, k1)
+            (_fused_rows_1t if one else _fused_rows)(xs, os_, *head, t_enc, t_dec, *elem, k0, k1)
         return tensor
     outer = math.prod(shape[:axis])
     length = shape[axis]
@@ -2156,49 +2196,51 @@ def _plan(spec: QuantSpec, shape: tuple[int, ...], axis: int, sr: bool,
             short = (outer, length, k, stride, counters.offset, sfmt, pow2, emax_elem, maxn,
                      *elem[1:5], sr)
 
-            def short_rows(xs: np.ndarray, os_: np.ndarray, k0: int, k1: int) -> None:
-                _fused_short_rows(xs, os_, *short, k0, k1)
+            def short_rows(xs: np.ndarray, os_: np.ndarray, k0: int, k1: int, one: bool) -> None:
+                (_fused_short_rows_1t if one else _fused_short_rows)(xs, os_, *short, k0, k1)
             return short_rows
         head = (outer, length, k, kt, stride, counters.offset)
         mid = (sfmt, pow2, emax_elem, maxn)
         if first is None:
             args = (*head, _NO_BMAX, *mid, _Z, _Z, _Z, _Z, *elem)
 
-            def rows(xs: np.ndarray, os_: np.ndarray, k0: int, k1: int) -> None:
-                _fused_rows(xs, os_, *args, k0, k1)
+            def rows(xs: np.ndarray, os_: np.ndarray, k0: int, k1: int, one: bool) -> None:
+                (_fused_rows_1t if one else _fused_rows)(xs, os_, *args, k0, k1)
             return rows
 
         if kt:  # whole blocks: block maxima, scale and rounding in one call
-            def rows_nvfp4_whole(xs: np.ndarray, os_: np.ndarray, k0: int, k1: int,
+            def rows_nvfp4_whole(xs: np.ndarray, os_: np.ndarray, k0: int, k1: int, one: bool,
                                  known: _Known | None) -> _Known | None:
-                x_amax, top, mul, t_dec = _rows_nvfp4(xs, os_, *head, *mid, *elem, k0, k1)
+                x_amax, top, mul, t_dec = (_rows_nvfp4_1t if one else _rows_nvfp4)(
+                    xs, os_, *head, *mid, *elem, k0, k1)
                 return (f32(x_amax), f32(mul), f32(t_dec)) if top < _FINITE_BITS else None
             return rows_nvfp4_whole
 
-        def rows_nvfp4(xs: np.ndarray, os_: np.ndarray, k0: int, k1: int,
+        def rows_nvfp4(xs: np.ndarray, os_: np.ndarray, k0: int, k1: int, one: bool,
                        known: _Known | None) -> _Known | None:
-            mul, t_dec, amax = first(xs, known)
-            _fused_rows(xs, os_, *head, _NO_BMAX, *mid, mul, t_dec, _Z, _Z, *elem, k0, k1)
+            mul, t_dec, amax = first(xs, one, known)
+            (_fused_rows_1t if one else _fused_rows)(xs, os_, *head, _NO_BMAX, *mid, mul, t_dec,
+                                                     _Z, _Z, *elem, k0, k1)
             return amax
         return rows_nvfp4
     head = (outer, length, inner, k, stride, counters.offset, sfmt, pow2, emax_elem, maxn)
     if first is None:
         args = (*head, _Z, _Z, *elem)
 
-        def cols(xs: np.ndarray, os_: np.ndarray, k0: int, k1: int) -> None:
-            _fused_cols(xs, os_, *args, k0, k1)
+        def cols(xs: np.ndarray, os_: np.ndarray, k0: int, k1: int, one: bool) -> None:
+            (_fused_cols_1t if one else _fused_cols)(xs, os_, *args, k0, k1)
         return cols
 
-    def cols_nvfp4(xs: np.ndarray, os_: np.ndarray, k0: int, k1: int,
+    def cols_nvfp4(xs: np.ndarray, os_: np.ndarray, k0: int, k1: int, one: bool,
                    known: _Known | None) -> _Known | None:
-        mul, t_dec, amax = first(xs, known)
-        _fused_cols(xs, os_, *head, mul, t_dec, *elem, k0, k1)
+        mul, t_dec, amax = first(xs, one, known)
+        (_fused_cols_1t if one else _fused_cols)(xs, os_, *head, mul, t_dec, *elem, k0, k1)
         return amax
     return cols_nvfp4
 
 
 def _nvfp4_first_pass(fmt: ElementFormat, outer: int, length: int, inner: int,
-                      k: int) -> Callable[[np.ndarray, _Known | None], tuple]:
+                      k: int) -> Callable[[np.ndarray, bool, _Known | None], tuple]:
     """NVFP4's pass before the rounding where the blocks are not whole rows of a compile-time
     size (those take :func:`_rows_nvfp4`): the tensor amax, turned into the (``mul``,
     ``t_dec``) of the block scales; returned with what the caller keeps (:data:`_Known`;
@@ -2206,10 +2248,10 @@ def _nvfp4_first_pass(fmt: ElementFormat, outer: int, length: int, inner: int,
     blocks).  With it ``known``, there is no pass and no scale to compute."""
     maxn = np.float32(fmt.max_normal)
 
-    def first(xs: np.ndarray, known: _Known | None) -> tuple:
+    def first(xs: np.ndarray, one: bool, known: _Known | None) -> tuple:
         if known is not None:
             return known[1], known[2], known
-        x_amax, top = _clean_amax(xs, outer, length, inner, k)
+        x_amax, top = (_clean_amax_1t if one else _clean_amax)(xs, outer, length, inner, k)
         amax = np.float32(x_amax)
         mul, t_dec = _nvfp4_tensor_scale(amax, maxn)
         return mul, t_dec, (amax, mul, t_dec) if top < _FINITE_BITS else None
@@ -2224,12 +2266,14 @@ def _tiles_plan(spec: QuantSpec, shape: tuple[int, ...], sfmt: int, pow2: bool,
     k = spec.block
     tail = (fmt.mbits, fmt.emin, fmt.emax, np.float32(fmt.max_normal))
     if sfmt != 3:
-        def tiles(xs: np.ndarray, os_: np.ndarray, k0: int, k1: int) -> None:
-            _fused_tiles(xs, os_, r, c, k, _NO_BMAX, sfmt, pow2, emax_elem, maxn, _Z, _Z, *tail)
+        def tiles(xs: np.ndarray, os_: np.ndarray, k0: int, k1: int, one: bool) -> None:
+            (_fused_tiles_1t if one else _fused_tiles)(xs, os_, r, c, k, _NO_BMAX, sfmt, pow2,
+                                                       emax_elem, maxn, _Z, _Z, *tail)
         return tiles
 
-    def tiles_nvfp4(xs: np.ndarray, os_: np.ndarray, k0: int, k1: int,
+    def tiles_nvfp4(xs: np.ndarray, os_: np.ndarray, k0: int, k1: int, one: bool,
                     known: _Known | None) -> None:
         # (the tile maxima are needed whatever is known: ``known`` would save nothing)
-        _tiles_nvfp4(xs, os_, r, c, k, sfmt, pow2, emax_elem, maxn, *tail)
+        (_tiles_nvfp4_1t if one else _tiles_nvfp4)(xs, os_, r, c, k, sfmt, pow2, emax_elem,
+                                                   maxn, *tail)
     return tiles_nvfp4

@@ -75,18 +75,24 @@ def part_of(dt_in: torch.dtype, dt_out: torch.dtype, parts: int) -> int:
 def warm(part: int = 0, parts: int = 1) -> int:
     """Run every call of :func:`calls` (and :func:`~snip.formats.encode` of the scaled specs in
     fp32), or only part ``part`` of ``parts`` (:func:`part_of`); return how many calls it
-    made."""
+    made.  The quantizer calls run twice: on the entry kernels' parallel builds, and on their
+    one-thread twins, which calls on one thread take (``fast._TWINS``)."""
     g = torch.Generator().manual_seed(0)
     n = 0
-    for spec, shape, axis, rounding, dt_in, dt_out in calls():
-        if parts > 1 and part_of(dt_in, dt_out, parts) != part:
-            continue
-        x = torch.randn(shape, generator=g).to(dt_in)
-        quantize(x, spec, axis=axis, rounding=rounding, generator=0, dtype=dt_out)
-        n += 1
-        if dt_in == dt_out == torch.float32 and spec.scaling is not Scaling.NONE:
-            encode(x, spec, axis=axis, rounding=rounding, generator=0)
-            n += 1
+    twins = fast._TWINS
+    try:
+        for spec, shape, axis, rounding, dt_in, dt_out in calls():
+            if parts > 1 and part_of(dt_in, dt_out, parts) != part:
+                continue
+            x = torch.randn(shape, generator=g).to(dt_in)
+            for fast._TWINS in (False, True):
+                quantize(x, spec, axis=axis, rounding=rounding, generator=0, dtype=dt_out)
+                n += 1
+            if dt_in == dt_out == torch.float32 and spec.scaling is not Scaling.NONE:
+                encode(x, spec, axis=axis, rounding=rounding, generator=0)
+                n += 1
+    finally:
+        fast._TWINS = twins
     return n
 
 
