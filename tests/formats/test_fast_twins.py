@@ -113,3 +113,31 @@ def test_serial_kernels_env_turns_the_twins_off() -> None:
         out = subprocess.run([sys.executable, "-c", code], env=env, check=True,
                              capture_output=True, text=True)
         assert out.stdout.strip() == want
+
+
+@pytest.mark.parametrize("preset", ["bf16", "fp8_e4m3", "mxfp4", "nvfp4", "fp4_e2m1_tile128"])
+def test_a_one_thread_layer_step_runs_only_twins(monkeypatch, preset) -> None:
+    """Every quantizer call of a layer's forward and backward on one thread (rows, columns,
+    weight tiles, tensor and NVFP4 amax passes, short 1x128 rows, the bf16 rounding) runs a
+    twin, never a parallel build."""
+    from snip.nn import GemmConfig, GemmSpecs, quantized_linear
+
+    ran = []
+    for name in TWINS:
+        for build in (name, name + "_1t"):
+            real = getattr(fast, build)
+            monkeypatch.setattr(fast, build, lambda *a, real=real, build=build:
+                                ran.append(build) or real(*a))
+    monkeypatch.setattr(fast, "_TWINS", True)
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(4, 32, 64, generator=g, requires_grad=True)
+    w = torch.randn(48, 64, generator=g, requires_grad=True)
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        y = quantized_linear(x, w, None, GemmConfig(specs=GemmSpecs.uniform(preset), seed=2,
+                                                    step=1))
+        y.backward(torch.randn(y.shape, generator=g))
+    finally:
+        torch.set_num_threads(before)
+    assert ran and all(r.endswith("_1t") for r in ran), ran
