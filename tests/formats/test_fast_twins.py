@@ -66,10 +66,11 @@ def test_twins_give_the_parallel_builds_bits_on_every_kind_of_call(monkeypatch) 
     assert n > 500
 
 
-@pytest.mark.parametrize("preset, kernel", [("mxfp4", "_fused_rows"), ("bf16", "_bf16_rows"),
-                                            ("nvfp4", "_rows_nvfp4")])
+@pytest.mark.parametrize("preset, kernel, axis", [
+    ("mxfp4", "_fused_rows", -1), ("mxfp4", "_fused_cols", 0), ("bf16", "_bf16_rows", -1),
+    ("nvfp4", "_rows_nvfp4", -1), ("nvfp4", "_clean_amax", 0), ("fp8_e4m3", "_tensor_amax", -1)])
 def test_one_thread_calls_run_the_twin_and_more_threads_the_parallel_build(
-        monkeypatch, preset, kernel) -> None:
+        monkeypatch, preset, kernel, axis) -> None:
     """Which build runs: the twin on one thread; the parallel build on two threads, and on one
     thread with the twins off (``SNIP_SERIAL_KERNELS=0``)."""
     ran = []
@@ -81,7 +82,7 @@ def test_one_thread_calls_run_the_twin_and_more_threads_the_parallel_build(
     for twins, threads, want in ((True, 1, kernel + "_1t"), (True, 2, kernel),
                                  (False, 1, kernel)):
         ran.clear()
-        _run(x, preset, -1, "rne", torch.float32, twins=twins, threads=threads,
+        _run(x, preset, axis, "rne", torch.float32, twins=twins, threads=threads,
              monkeypatch=monkeypatch)
         assert ran == [want], (twins, threads)
 
