@@ -37,7 +37,9 @@ per-channel and 1-D block scaling along any axis, on fp32 or bf16 input:
 
 Everything a call needs besides the data is worked out once per kind of call (spec, shape, axis,
 rounding, SR counters, dtypes) and kept (:class:`_FusedCall`); :func:`planned` keeps the choice
-of kernel with it, so that a GEMM operand's call is one look-up before the kernel runs.
+of kernel with it, so that a GEMM operand's call is one look-up before the kernel runs.  A call
+on one thread runs its kernel's one-thread twin (:func:`_one_thread_twin`: the same code
+compiled without numba's parallel region), the same bits.
 
 The older two-pass kernels (``_amax_rows``/``_quant_rows``/``_quant_cols``) still serve
 :func:`snip.formats.encode` and stochastically rounded 2-D weight tiles.  All arithmetic is
@@ -1955,9 +1957,9 @@ if AVAILABLE:
         in place of the module's functions of those names (a compiled caller's parallel
         kernels).  The tasks do the same operations on the same elements, and the kernels'
         only cross-task results are integer maxima, so the bits are the parallel build's.  A
-        parallel build called on one thread still opens a parallel region: the twin saves that
-        (~1-5 us a call, more between GEMMs than in a tight loop), which a training step at
-        width 64-128 pays a hundred or more times (RESULTS §7af)."""
+        parallel build called on one thread still opens a parallel region: the twin saves that,
+        1-5 us a call alone, which a training step at width 64-128 pays a hundred or more times
+        (what it does to a step was not resolved on a noisy host, RESULTS §7ag)."""
         py = kernel.py_func
         scope = {**py.__globals__, **calls} if calls else py.__globals__
         twin = FunctionType(py.__code__, scope, py.__name__ + "_1t", py.__defaults__,
