@@ -143,8 +143,9 @@ _launched = False
 _PARALLEL_MIN = int(os.environ.get("SNIP_PARALLEL_MIN", str(1 << 20)))
 _ADAPT = "SNIP_PARALLEL_MIN" not in os.environ
 _ADAPT_MIN = 1 << 14  # below: ~10 us of work, which a second thread cannot shorten
-# one-thread calls run each entry kernel's one-thread twin (:func:`_one_thread_twin`), not the
-# parallel build with a one-thread region; ``SNIP_SERIAL_KERNELS=0`` runs the parallel builds
+# one-thread fused calls (:class:`_FusedCall`, :func:`round_bf16`: every GEMM operand's) run
+# their kernel's one-thread twin (:func:`_one_thread_twin`), not the parallel build with a
+# one-thread region; ``SNIP_SERIAL_KERNELS=0`` runs the parallel builds
 _TWINS = os.environ.get("SNIP_SERIAL_KERNELS", "1") != "0"
 _set_here = threading.local()  # .n: the numba thread count this thread last set (thread-local)
 
