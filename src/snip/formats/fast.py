@@ -1958,9 +1958,10 @@ if AVAILABLE:
         in place of the module's functions of those names (a compiled caller's parallel
         kernels).  The tasks do the same operations on the same elements, and the kernels'
         only cross-task results are integer maxima, so the bits are the parallel build's.  A
-        parallel build called on one thread still opens a parallel region: the twin saves that,
-        1-5 us a call alone, which a training step at width 64-128 pays a hundred or more times
-        (what it does to a step was not resolved on a noisy host, RESULTS §7ag)."""
+        parallel build called on one thread still opens a parallel region, which the twin does
+        not: 2.5-12 us less a call alone on four of six kinds measured, but 21 us more on
+        1024 x 128 stochastic-rounding column calls, whose serial build LLVM compiles slower;
+        in a training step unresolved on a noisy host (RESULTS §7ag)."""
         py = kernel.py_func
         scope = {**py.__globals__, **calls} if calls else py.__globals__
         twin = FunctionType(py.__code__, scope, py.__name__ + "_1t", py.__defaults__,
