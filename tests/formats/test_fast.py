@@ -501,6 +501,24 @@ def _absbits_max(a):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_absbits_is_int32_bits(dtype):
+    """``_absbits`` (the column kernels' per-element |x| bits) gives numpy's bits, NaN, inf,
+    signed zeros and subnormals included, and is typed int32: numba widens ``int32 & int32``
+    to int64, and an int64 there made the column kernels' one-thread builds compile their
+    block-maximum loop 64 bits wide (RESULTS §7ai)."""
+    import numba
+
+    absbits = numba.njit(lambda a, i: fast._absbits(a, i))
+    vals = [0.0, -0.0, 1.5, -3.25, 1e-40, -1e-45, 3e38, float("inf"), float("-inf"),
+            float("nan"), -float("nan")]
+    a = fast._np(torch.tensor(vals).to(dtype))
+    for i in range(len(vals)):
+        assert absbits(a, i) == _absbits_max(a[i:i + 1]), (dtype, vals[i])
+    (sig,) = absbits.nopython_signatures
+    assert sig.return_type == numba.int32
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_block_maxima_equal_numpy(dtype):
     """``_maxima`` (whole blocks of a multiple of 8 eight at a time by ``_block_maxima``'s
     shuffle reduction, other blocks and a short last block by ``_max_bits``) equals numpy's

@@ -756,10 +756,13 @@ if AVAILABLE:
 
     @overload(_absbits, inline="always")
     def _absbits_impl(a, i):
-        """|x| as an int32 bit pattern (orders like the float; >= 0x7F800000: inf/NaN)."""
+        """|x| as an int32 bit pattern (orders like the float; >= 0x7F800000: inf/NaN).  Typed
+        int32 (numba widens int32 & int32 to int64): with an int64 ``bi``, the column kernels'
+        ``m[i] = bi if bi > m[i] else m[i]`` compiled, in their one-thread builds only, to a
+        loop that widened every lane to 64 bits (RESULTS §7ag, §7ai)."""
         if a.dtype == types.uint16:
-            return lambda a, i: (np.int32(a[i]) & np.int32(0x7FFF)) << np.int32(16)
-        return lambda a, i: np.float32(a[i]).view(np.int32) & np.int32(0x7FFFFFFF)
+            return lambda a, i: np.int32((np.int32(a[i]) & np.int32(0x7FFF)) << np.int32(16))
+        return lambda a, i: np.int32(np.float32(a[i]).view(np.int32) & np.int32(0x7FFFFFFF))
 
     # ---- block maxima of |x| bits, in LLVM vector IR (eight i32 lanes) ----
 
@@ -1959,9 +1962,10 @@ if AVAILABLE:
         kernels).  The tasks do the same operations on the same elements, and the kernels'
         only cross-task results are integer maxima, so the bits are the parallel build's.  A
         parallel build called on one thread still opens a parallel region, which the twin does
-        not: 2.5-12 us less a call alone on four of six kinds measured, but 21 us more on
-        1024 x 128 stochastic-rounding column calls, whose serial build LLVM compiles slower;
-        in a training step unresolved on a noisy host (RESULTS §7ag)."""
+        not (RESULTS §7ag: less time a call alone on most kinds; in a training step unresolved
+        on a noisy host).  The builds are separate compilations, so a loop one of them
+        vectorizes may compile worse in the other: the column kernel's twin was the slower
+        until :func:`_absbits` was typed int32 (§7ag, §7ai)."""
         py = kernel.py_func
         scope = {**py.__globals__, **calls} if calls else py.__globals__
         twin = FunctionType(py.__code__, scope, py.__name__ + "_1t", py.__defaults__,
