@@ -1962,10 +1962,11 @@ if AVAILABLE:
         kernels).  The tasks do the same operations on the same elements, and the kernels'
         only cross-task results are integer maxima, so the bits are the parallel build's.  A
         parallel build called on one thread still opens a parallel region, which the twin does
-        not (RESULTS §7ag: less time a call alone on most kinds; in a training step unresolved
-        on a noisy host).  The builds are separate compilations, so a loop one of them
-        vectorizes may compile worse in the other: the column kernel's twin was the slower
-        until :func:`_absbits` was typed int32 (§7ag, §7ai)."""
+        not (RESULTS §7ag: less time a call alone on most kinds; §7al: a ``tiny-deep`` training
+        step lower for two presets of three, the rest unresolved on a noisy host).  The builds
+        are separate compilations, so a loop one of them vectorizes may compile worse in the
+        other: the column kernel's twin was the slower until :func:`_absbits` was typed int32
+        (§7ag, §7ai)."""
         py = kernel.py_func
         scope = {**py.__globals__, **calls} if calls else py.__globals__
         twin = FunctionType(py.__code__, scope, py.__name__ + "_1t", py.__defaults__,
