@@ -1,10 +1,6 @@
 #!/usr/bin/env bash
-# The 6 processes of PLAN.md, one after another, in the repository root; resumable.
+# The 6 processes of PLAN.md, one after another; resumable: session 17's run.sh (its ab.py,
+# unchanged) with this folder.
 set -u
-cd "$(dirname "$0")/../../../../../.."
-AB=benchmarks/results/issue21/epyc/session17/twins_ab/ab.py
-OUT=benchmarks/results/issue21/epyc/session18/twins_ab
-for i in $(seq 1 6); do
-  [ -f $OUT/proc_$i.json ] && continue
-  PYTHONPATH=src .venv/bin/python $AB $OUT/proc_$i.json > $OUT/proc_$i.log 2>&1
-done
+OUT=benchmarks/results/issue21/epyc/session18/twins_ab \
+  exec bash "$(dirname "$0")/../../session17/twins_ab/run.sh"
