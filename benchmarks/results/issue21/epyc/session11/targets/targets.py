@@ -1,6 +1,7 @@
 """The pre-registered analysis of this folder's PLAN.md: per model and arm, the mean and 95 %
 t-interval of ``cpu_vs_fp32`` over the runs (n = runs), and its verdict against issue 21's
-bound (1.15 at width >= 128, 1.3 at ``tiny-deep``; and 1.05 for ``bf16``): inside (upper end
+bound (1.15 at width >= 128, 1.3 at ``tiny-deep``; and 1.05 for ``bf16``, with fp32 GEMMs or
+``bf16@auto``'s): inside (upper end
 <= bound), outside (lower end > bound), else unresolved.
 
     PYTHONPATH=src python benchmarks/results/issue21/epyc/session11/targets/targets.py [FOLDER]
@@ -41,7 +42,7 @@ def main() -> None:
         line = f"{key[0]:10s} {key[1]:18s} {m:5.3f} [{lo:5.3f}, {hi:5.3f}]"
         if key[1] not in BASELINES:
             line += f"  {verdict(lo, hi, MODEL_BOUND.get(key[0], BOUND))}"
-            if key[1] == "bf16":
+            if key[1].partition("@")[0] == "bf16":
                 line += f"; vs {BF16_BOUND}: {verdict(lo, hi, BF16_BOUND)}"
         print(line)
 
