@@ -13,7 +13,7 @@ and the other layers run between them.  For one model and preset, in one process
    the quantized operands change elsewhere (the GEMMs, seeds), ``snip_fp32 - fp32`` the layer
    code.
 2. **Each kind of call** (shape, axis, rounding): its wall time inside the step and that of its
-   numba kernel alone (``_fused_rows`` / ``_fused_cols`` and their one-thread twins wrapped),
+   numba kernel alone (every entry kernel and its one-thread twin wrapped: ``_ENTRY_KERNELS``),
    against the same call repeated on its own on the same operand (warm caches), medians; per
    step, the sums.  The in-step times include this script's timing wrapper and the cold caches
    a call meets where it runs; they are not what moving or batching the calls would save
@@ -103,12 +103,18 @@ def split(model: str, preset: str, tokens: int, rounds: int) -> dict[str, float]
     return out
 
 
+# the kernels a quantizer call enters from Python (fast's module globals, looked up per call)
+_ENTRY_KERNELS = ("_fused_rows", "_fused_short_rows", "_fused_cols", "_fused_tiles",
+                  "_rows_nvfp4", "_tiles_nvfp4", "_bf16_rows")
+
+
 def calls(model: str, preset: str, tokens: int, rounds: int) -> list[dict]:
     """Per kind of quantizer call: in-step wall and kernel us, and alone (warm) us."""
     arm = Arm(model, preset, _batch(model, tokens))
-    # (each kernel's parallel build and its one-thread twin, which one-thread calls run)
-    kernels = {name: getattr(fast, name) for name in ("_fused_rows", "_fused_cols",
-                                                      "_fused_rows_1t", "_fused_cols_1t")}
+    # (every entry kernel a call runs: each parallel build and its one-thread twin, which
+    # one-thread calls run)
+    kernels = {name + twin: getattr(fast, name + twin) for name in _ENTRY_KERNELS
+               for twin in ("", "_1t")}
     cur: dict = {}
 
     def wrap(name):

@@ -85,6 +85,24 @@ def test_one_thread_calls_run_the_twin_and_more_threads_the_parallel_build(
         assert ran == [want], (twins, threads)
 
 
+@pytest.mark.parametrize("preset", ["mxfp4", "nvfp4", "fp4_e2m1_tile128"])
+def test_one_thread_column_calls_into_bf16_run_the_parallel_build(monkeypatch, preset) -> None:
+    """The exception: a column call that writes bf16 runs the parallel build on one thread too
+    (the column twin stored bf16 elements 2-25x slower, RESULTS §7an); one that writes fp32
+    runs the twin.  Same bits either way (the test above)."""
+    ran = []
+    for name in ("_fused_cols", "_fused_cols_1t"):
+        real = getattr(fast, name)
+        monkeypatch.setattr(fast, name, lambda *a, real=real, name=name: ran.append(name)
+                            or real(*a))
+    x = torch.randn(64, 64, generator=torch.Generator().manual_seed(1))
+    for dt_out, want in ((torch.bfloat16, "_fused_cols"), (torch.float32, "_fused_cols_1t")):
+        for rounding in ("rne", "stochastic"):
+            ran.clear()
+            _run(x, preset, 0, rounding, dt_out, twins=True, threads=1, monkeypatch=monkeypatch)
+            assert ran == [want], (dt_out, rounding)
+
+
 def test_twins_are_serial_builds_under_names_of_their_own() -> None:
     """Not parallel; cached under ``<name>_1t`` (a cache file of the parallel build's name
     would be overwritten by it); NVFP4's compiled callers call the twins of their kernels."""

@@ -10,13 +10,17 @@ script = load("profile_step_calls", "profile_step_calls_script")
 
 def test_calls_records_every_kind_of_call_of_a_step_and_restores_the_quantizer() -> None:
     """One round of ``tiny-deep`` at 128 tokens with NVFP4 (its calls pass ``activation=``):
-    every kind of call is timed in the step and alone, and the patched functions go back."""
+    every kind of call is timed in the step and alone, its kernel too, and the patched functions
+    go back."""
     rows = script.calls("tiny-deep", "nvfp4", tokens=128, rounds=1)
     assert rows and all(r["spec"] == "nvfp4" and r["alone_us"] > 0 for r in rows)
     assert {r["axis"] for r in rows} == {-1, 0}  # forward's rows and wgrad's columns
+    # every call's kernel is timed (NVFP4's rows enter _rows_nvfp4, its columns _fused_cols)
+    assert all(r["kernel_in_step_us"] > 0 for r in rows)
     assert gemm.quantize_operand is script._REAL
-    assert fast._fused_rows.__name__ == "_fused_rows"
-    assert fast._fused_rows_1t.__name__ == "_fused_rows_1t"
+    for name in script._ENTRY_KERNELS:
+        assert getattr(fast, name).__name__ == name
+        assert getattr(fast, name + "_1t").__name__ == name + "_1t"
     arm, made = script.Arm("tiny-deep", "nvfp4", script._batch("tiny-deep", 128)), []
 
     def count(*a, **k):

@@ -2237,14 +2237,19 @@ def _plan(spec: QuantSpec, shape: tuple[int, ...], axis: int, sr: bool,
         args = (*head, _Z, _Z, *elem)
 
         def cols(xs: np.ndarray, os_: np.ndarray, k0: int, k1: int, one: bool) -> None:
-            (_fused_cols_1t if one else _fused_cols)(xs, os_, *args, k0, k1)
+            (_fused_cols_1t if one and os_.itemsize == 4 else _fused_cols)(xs, os_, *args, k0,
+                                                                             k1)
         return cols
 
     def cols_nvfp4(xs: np.ndarray, os_: np.ndarray, k0: int, k1: int, one: bool,
                    known: _Known | None) -> _Known | None:
         mul, t_dec, amax = first(xs, one, known)
-        (_fused_cols_1t if one else _fused_cols)(xs, os_, *head, mul, t_dec, *elem, k0, k1)
+        (_fused_cols_1t if one and os_.itemsize == 4 else _fused_cols)(
+            xs, os_, *head, mul, t_dec, *elem, k0, k1)
         return amax
+    # (bf16 outputs, itemsize 2, take the parallel build on one thread too: the column twin
+    # stores bf16 elements 2-25x slower than fp32 ones, the parallel build 1.1-1.3x; why is not
+    # found: RESULTS §7an)
     return cols_nvfp4
 
 
