@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# 6 runs, one after another, of `bench_train_step.py --quick --no-warm --auto --threads 1
+# --rounds 5` over the models given, into $OUT/run_<i>.json (and .log); resumable.  Called by
+# targets_zen4/run.sh and bf16_cols/run.sh with their folders and models.
+set -u
+cd "$(dirname "$0")/../../../../.."
+for i in $(seq 1 6); do
+  [ -f $OUT/run_$i.json ] && continue
+  PYTHONPATH=src .venv/bin/python benchmarks/bench_train_step.py --quick --no-warm --auto \
+    --threads 1 --models "$@" --rounds 5 \
+    --out $OUT/run_$i.json.tmp > $OUT/run_$i.log 2>&1 && mv $OUT/run_$i.json.tmp $OUT/run_$i.json
+done
