@@ -88,7 +88,7 @@ def test_one_thread_calls_run_the_twin_and_more_threads_the_parallel_build(
 @pytest.mark.parametrize("preset", ["mxfp4", "nvfp4", "fp4_e2m1_tile128"])
 def test_one_thread_column_calls_into_bf16_run_the_parallel_build(monkeypatch, preset) -> None:
     """The exception: a column call that writes bf16 runs the parallel build on one thread too
-    (the column twin stored bf16 elements 2-25x slower, RESULTS §7an); one that writes fp32
+    (the column twin stored bf16 elements 1.9-24x slower, RESULTS §7an); one that writes fp32
     runs the twin.  Same bits either way (the test above)."""
     ran = []
     for name in ("_fused_cols", "_fused_cols_1t"):

@@ -2248,8 +2248,8 @@ def _plan(spec: QuantSpec, shape: tuple[int, ...], axis: int, sr: bool,
             xs, os_, *head, mul, t_dec, *elem, k0, k1)
         return amax
     # (bf16 outputs, itemsize 2, take the parallel build on one thread too: the column twin
-    # stores bf16 elements 2-25x slower than fp32 ones, the parallel build 1.1-1.3x; why is not
-    # found: RESULTS §7an)
+    # stored bf16 elements 1.9-24x slower than fp32 ones, the parallel build 0.8-2.3x; why is
+    # not found: RESULTS §7an)
     return cols_nvfp4
 
 
