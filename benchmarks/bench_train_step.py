@@ -16,7 +16,9 @@ OpenMP spin-waits).
 ``accum="auto"``, i.e. bf16 GEMMs (fp32 accumulation, bf16 output) where the CPU multiplies
 bf16 natively (AMX / AVX512-BF16) and fp32 GEMMs elsewhere; the operands are made in bf16 by the
 quantizers themselves.  It is not the default (the output rounding differs, and with it the
-bits of a run between CPU kinds): it is what a user of a bf16-capable CPU can choose.
+bits of a run between CPU kinds): it is what a user of a bf16-capable CPU can choose.  With
+``--auto`` the adaptive arm below has its ``@auto`` twin too (``snip train --precision.accum
+auto``: the controller's plans switch formats, the conversion's ``accum`` stays).
 
 ``snip_adaptive`` is SNIP as ``snip train`` runs it by default (``precision.mode adaptive``,
 the trainer's controller with every default: candidates fp8_e4m3_tile128 / fp4_e2m1_tile128,
@@ -143,8 +145,9 @@ class AdaptiveArm(Arm):
     CYCLES = 3  # statistics cycles timed after the rounds
 
     def __init__(self, model_name: str, batch: tuple[torch.Tensor, torch.Tensor],
-                 placed: bool = False) -> None:
-        super().__init__(model_name, DEFAULT_PRESET, batch, placed=placed)
+                 placed: bool = False, auto: bool = False) -> None:
+        super().__init__(model_name, DEFAULT_PRESET + ("@auto" if auto else ""), batch,
+                         placed=placed)
         b, t = batch[0].shape
         self.ctl = make_controller(PrecisionSection(), Path("."), is_main=False,
                                    step_tokens=b * t)
@@ -170,11 +173,13 @@ class AdaptiveArm(Arm):
         return time.perf_counter() - t0, time.process_time() - c0
 
 
-def adaptive_summary(arm: AdaptiveArm, rows: dict, base: str = "fp32") -> dict:
-    """The cycle's cost and the step averaged over one re-plan period, from medians."""
+def adaptive_summary(arm: AdaptiveArm, rows: dict, base: str = "fp32",
+                     name: str = "snip_adaptive") -> dict:
+    """The cycle's cost and the step averaged over one re-plan period, from medians (``name``:
+    the arm's row in ``rows``)."""
     cycles = [arm.cycle() for _ in range(arm.CYCLES)]
     wall = statistics.median(c[0] for c in cycles)
-    step, fp32 = rows["snip_adaptive"]["ms"] / 1e3, rows[base]["ms"] / 1e3
+    step, fp32 = rows[name]["ms"] / 1e3, rows[base]["ms"] / 1e3
     return {"every": arm.every, "cycle_ms": wall * 1e3,
             "cycle_step_equivalents": wall / step,
             "amortized_vs_" + base: (step + wall / arm.every) / fp32,
@@ -221,10 +226,15 @@ def bench_model(name: str, rounds: int, warmup: int, presets: list[str],
     names += [p + "@auto" for p in presets] if auto else []
     arms = {a: Arm(name, a, batch, placed=placed) for a in names}
     arms["snip_adaptive"] = adaptive = AdaptiveArm(name, batch, placed)
+    if auto:
+        arms["snip_adaptive@auto"] = adaptive_auto = AdaptiveArm(name, batch, placed, auto=True)
     res = interleaved(arms, rounds, warmup)
     b, t = SHAPES[name]
-    return {"tokens_per_step": b * t, "batch": b, "seq": t, "arms": res,
-            "adaptive": adaptive_summary(adaptive, res)}
+    out = {"tokens_per_step": b * t, "batch": b, "seq": t, "arms": res,
+           "adaptive": adaptive_summary(adaptive, res)}
+    if auto:
+        out["adaptive@auto"] = adaptive_summary(adaptive_auto, res, name="snip_adaptive@auto")
+    return out
 
 
 def bench_compiled(name: str, rounds: int, warmup: int) -> dict:
@@ -313,11 +323,12 @@ def main() -> None:
                                               not args.no_autocast, args.placed)
             print_table(f"{name} ({run['models'][name]['tokens_per_step']} tokens/step), "
                         f"{threads} thread(s)", run["models"][name]["arms"])
-            ad = run["models"][name]["adaptive"]
-            print(f"  snip_adaptive: a cycle {ad['cycle_ms']:.0f} ms = "
-                  f"{ad['cycle_step_equivalents']:.1f} steps, every {ad['every']}: "
-                  f"{ad['amortized_vs_fp32']:.2f}x fp32 averaged over a period "
-                  f"(FP4 FLOPs {ad['fp4_flop_fraction']:.2f})", flush=True)
+            for key in ("adaptive", "adaptive@auto")[:2 if args.auto else 1]:
+                ad = run["models"][name][key]
+                print(f"  snip_{key}: a cycle {ad['cycle_ms']:.0f} ms = "
+                      f"{ad['cycle_step_equivalents']:.1f} steps, every {ad['every']}: "
+                      f"{ad['amortized_vs_fp32']:.2f}x fp32 averaged over a period "
+                      f"(FP4 FLOPs {ad['fp4_flop_fraction']:.2f})", flush=True)
             if args.compile:
                 run["compiled"][name] = bench_compiled(name, rounds, warmup)
                 print_table(f"{name} compiled, {threads} thread(s)",

@@ -1,7 +1,8 @@
 """Added after PLAN.md was written (not pre-registered; descriptive): the adaptive SNIP step
 averaged over one re-plan period, its statistics cycle included -- the figure issue 21 asks
-for -- from the same runs. ``amortized_vs_fp32`` of each run's ``adaptive`` record (wall time:
-``(step + cycle / every) / fp32 step``); mean and 95 % t-interval over the runs, per model.
+for -- from the same runs. ``amortized_vs_fp32`` of each run's ``adaptive`` record, and of its
+``adaptive@auto`` record where the runs had ``--auto`` (wall time: ``(step + cycle / every) /
+fp32 step``); mean and 95 % t-interval over the runs, per model.
 Works on any folder of ``run_<i>.json`` or ``after_<i>.json`` files.
 
     PYTHONPATH=src python benchmarks/results/issue21/epyc/session11/targets/adaptive_period.py \
@@ -24,7 +25,10 @@ while (here / f"{prefix}_{i}.json").exists():
 print(f"n = {len(runs)} runs; adaptive step averaged over a re-plan period / fp32 step (wall), "
       "mean [95% t-interval]")
 for model in runs[0]:
-    m, lo, hi = t_interval([r[model]["adaptive"]["amortized_vs_fp32"] for r in runs])
-    cyc = sum(r[model]["adaptive"]["cycle_step_equivalents"] for r in runs) / len(runs)
-    print(f"{model:10s} {m:5.3f} [{lo:5.3f}, {hi:5.3f}]  (a cycle: {cyc:.1f} steps, every "
-          f"{runs[0][model]['adaptive']['every']})")
+    for key in ("adaptive", "adaptive@auto"):  # (the second where the runs had --auto)
+        if key not in runs[0][model]:
+            continue
+        m, lo, hi = t_interval([r[model][key]["amortized_vs_fp32"] for r in runs])
+        cyc = sum(r[model][key]["cycle_step_equivalents"] for r in runs) / len(runs)
+        print(f"{model + key.removeprefix('adaptive'):10s} {m:5.3f} [{lo:5.3f}, {hi:5.3f}]  "
+              f"(a cycle: {cyc:.1f} steps, every {runs[0][model][key]['every']})")
