@@ -323,7 +323,9 @@ def main() -> None:
                                               not args.no_autocast, args.placed)
             print_table(f"{name} ({run['models'][name]['tokens_per_step']} tokens/step), "
                         f"{threads} thread(s)", run["models"][name]["arms"])
-            for key in ("adaptive", "adaptive@auto")[:2 if args.auto else 1]:
+            for key in ("adaptive", "adaptive@auto"):
+                if key not in run["models"][name]:  # (@auto: with --auto only)
+                    continue
                 ad = run["models"][name][key]
                 print(f"  snip_{key}: a cycle {ad['cycle_ms']:.0f} ms = "
                       f"{ad['cycle_step_equivalents']:.1f} steps, every {ad['every']}: "

@@ -23,7 +23,10 @@ def test_the_adaptive_auto_arm_keeps_accum_auto_through_a_replan() -> None:
     summary = script.adaptive_summary(arms["snip_adaptive@auto"], rows, name="snip_adaptive@auto")
     every = arms["snip_adaptive@auto"].every
     assert summary["every"] == every
-    # the period's step is this arm's own step plus its cycle spread over the period
+    # the period's step is this arm's own step plus its cycle spread over the period.  Not
+    # bitwise: the script computes in seconds, this in ms (a few more IEEE double operations,
+    # each correctly rounded: a relative difference of ~1e-15 on any CPU; Python floats, no
+    # ATen kernel involved), so 1e-9 holds with a wide margin.
     want = (rows["snip_adaptive@auto"]["ms"] + summary["cycle_ms"] / every) / rows["fp32"]["ms"]
     assert summary["amortized_vs_fp32"] == pytest.approx(want, rel=1e-9)
     layers = qlinear_layers(arms["snip_adaptive@auto"].model)  # after 1 + 1 + CYCLES re-plans

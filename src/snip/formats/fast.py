@@ -2237,20 +2237,23 @@ def _plan(spec: QuantSpec, shape: tuple[int, ...], axis: int, sr: bool,
         args = (*head, _Z, _Z, *elem)
 
         def cols(xs: np.ndarray, os_: np.ndarray, k0: int, k1: int, one: bool) -> None:
-            (_fused_cols_1t if one and os_.itemsize == 4 else _fused_cols)(xs, os_, *args, k0,
-                                                                             k1)
+            _cols_kernel(one, os_)(xs, os_, *args, k0, k1)
         return cols
 
     def cols_nvfp4(xs: np.ndarray, os_: np.ndarray, k0: int, k1: int, one: bool,
                    known: _Known | None) -> _Known | None:
         mul, t_dec, amax = first(xs, one, known)
-        (_fused_cols_1t if one and os_.itemsize == 4 else _fused_cols)(
-            xs, os_, *head, mul, t_dec, *elem, k0, k1)
+        _cols_kernel(one, os_)(xs, os_, *head, mul, t_dec, *elem, k0, k1)
         return amax
-    # (bf16 outputs, itemsize 2, take the parallel build on one thread too: the column twin
-    # stored bf16 elements 1.9-24x slower than fp32 ones, the parallel build 0.8-2.3x; why is
-    # not found: RESULTS §7an)
     return cols_nvfp4
+
+
+def _cols_kernel(one: bool, out: np.ndarray) -> Callable[..., None]:
+    """The column kernel build a call runs: the one-thread twin for a one-thread call writing
+    fp32, else the parallel build (on one thread too for a bf16 output, itemsize 2: the column
+    twin stored bf16 elements 1.9-24x slower than fp32 ones, the parallel build 0.8-2.3x; why
+    is not found, RESULTS §7an)."""
+    return _fused_cols_1t if one and out.itemsize == 4 else _fused_cols
 
 
 def _nvfp4_first_pass(fmt: ElementFormat, outer: int, length: int, inner: int,
