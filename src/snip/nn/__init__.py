@@ -8,6 +8,7 @@ from snip.nn.convert import (
     disabled,
     is_linear_like,
     layer_seed,
+    plain_forward,
     qlinear_layers,
     unconvert,
 )
@@ -27,6 +28,6 @@ __all__ = [
     "GemmSpecs", "fp8_gemm_supported", "native_sqnr",
     "QConv1D", "QLinear", "is_conv1d", "is_linear_like",
     "ResolvesToSpecs", "SaveMode", "SavedBytes",
-    "as_gemm_specs", "convert", "disabled", "layer_seed", "qlinear_layers",
+    "as_gemm_specs", "convert", "disabled", "layer_seed", "plain_forward", "qlinear_layers",
     "quantized_linear", "saved_activation_bytes", "unconvert", "weight_reusable",
 ]

@@ -29,7 +29,8 @@ Each layer's stochastic-rounding seed is ``zlib.crc32(name)``: stable across pro
 Between steps, ``PrecisionPlan.apply`` (:mod:`snip.plan`, one layer up) changes the formats of
 already converted layers through ``QLinear.set_specs`` (what the adaptive-precision controller
 does); :func:`disabled` runs a block with every ``QLinear`` as a
-plain fp32 ``F.linear`` (reference runs, sensitivity baselines); :func:`unconvert` undoes it all
+plain fp32 ``F.linear`` (reference runs, sensitivity baselines), and :func:`plain_forward` says
+whether a model's forward already is one; :func:`unconvert` undoes it all
 (a converted ``Conv1D`` becomes a ``Conv1D`` again).
 """
 
@@ -49,6 +50,7 @@ from torch import nn
 from snip.errors import UserError
 from snip.formats import QuantSpec
 from snip.nn.conv1d import QConv1D, is_conv1d
+from snip.nn.gemm import bf16_gemm_native
 from snip.nn.qlinear import QLinear, as_gemm_specs
 from snip.nn.specs import Accum, GemmSpecs, SaveMode, as_accum, as_save_mode
 
@@ -121,6 +123,25 @@ def layer_seed(name: str) -> int:
 def qlinear_layers(model: nn.Module) -> list[tuple[str, QLinear]]:
     """``(name, module)`` for every ``QLinear`` in ``model``, in module order."""
     return [(n, m) for n, m in model.named_modules() if isinstance(m, QLinear)]
+
+
+def plain_forward(model: nn.Module, device: torch.device | str) -> bool:
+    """Whether every enabled ``QLinear`` of ``model`` runs its forward as a plain fp32
+    ``F.linear`` on ``device``: an identity fprop format and fp32 GEMMs there (``Accum.FP32``,
+    or ``AUTO`` where bf16 GEMMs are not native).  Outside autocast such a model computes, bit
+    for bit, what it computes inside :func:`disabled` (a model with no ``QLinear`` too)."""
+    bf16_native = None
+    for _, m in qlinear_layers(model):
+        if not m.enabled:
+            continue
+        if not m.specs.fprop.is_identity or m.accum is Accum.BF16:
+            return False
+        if m.accum is Accum.AUTO:
+            if bf16_native is None:
+                bf16_native = bf16_gemm_native(device)
+            if bf16_native:
+                return False
+    return True
 
 
 def is_linear_like(module: nn.Module) -> bool:

@@ -6,7 +6,9 @@ Two numbers per evaluation, both on the same held-out windows:
   quantized model computes);
 * ``loss_hp``: the same weights with every quantized GEMM run as a plain fp32 ``F.linear``
   (`snip.nn.disabled`): the quality of the weights themselves, independent of the format they
-  are evaluated in.
+  are evaluated in.  Where the model's forward already is that (`snip.nn.plain_forward`: the
+  ``fp32`` preset, outside bf16 autocast) the second pass would repeat the first bit for bit,
+  so ``loss_hp`` is ``loss`` and the windows run once.
 
 A recipe can look good on one and bad on the other (FP4 noise in evaluation versus damage done
 to the weights while training), so a user deciding a recipe needs both.
@@ -27,7 +29,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from snip.nn import disabled
+from snip.nn import disabled, plain_forward
 
 
 @dataclass(frozen=True)
@@ -69,8 +71,11 @@ def evaluate(model: nn.Module, batches: list[tuple[torch.Tensor, torch.Tensor]],
         model.eval()
         try:
             loss = mean_loss(model, batches, device, bf16)
-            with disabled(model):
-                loss_hp = mean_loss(model, batches, device, bf16)
+            if not bf16 and plain_forward(model, device):
+                loss_hp = loss  # the same fp32 forward: one pass, not two
+            else:
+                with disabled(model):
+                    loss_hp = mean_loss(model, batches, device, bf16)
         finally:
             model.train(was_training)
     return EvalResult(step=step, loss=loss, loss_hp=loss_hp)
