@@ -12,6 +12,8 @@ included: model build, the cached corpus opened, the run directory):
 * ``loop_<preset>``: the same loop on the model converted to the preset;
 * ``train_<preset>``: `snip train --precision.mode fixed --precision.preset <preset>` (the
   library's `train`, what the command runs), defaults otherwise;
+* ``loop_<preset>@auto``, ``train_<preset>@auto`` (a preset given as ``mxfp4@auto``): the same
+  with ``accum="auto"`` (`--precision.accum auto`: bf16 GEMMs where the CPU has them);
 * ``train_default``: `snip train` with every default (adaptive SNIP re-planning every 100
   steps at 75 % FP4), the whole default run.
 
@@ -52,15 +54,29 @@ except ImportError:  # run as a script from the benchmarks directory
 RESULTS = Path(__file__).parent / "results" / "issue21"
 
 
+def preset_and_accum(arm_preset: str) -> tuple[str, str]:
+    """``"mxfp4@auto"`` -> ``("mxfp4", "auto")``; a bare preset runs fp32 GEMMs (the default)."""
+    preset, _, accum = arm_preset.partition("@")
+    return preset, accum or "fp32"
+
+
+def loop_model(cfg, preset: str | None) -> torch.nn.Module:
+    """The model `snip train` builds for ``cfg`` (same seed), converted to ``preset`` (a preset
+    name, ``@auto`` for ``accum="auto"``) as `snip train --precision.mode fixed` would."""
+    torch.manual_seed(cfg.seed)
+    model = build_model(get_config(cfg.model.name))
+    if preset is not None:
+        name, accum = preset_and_accum(preset)
+        convert(model, name, accum=accum)
+    return model
+
+
 def minimal_loop(overrides: dict, preset: str | None) -> float:
     """The loop a user would write by hand: same model, seed, batches and steps as `snip train`
     with ``overrides``; returns the last loss."""
     cfg = from_sources(overrides=overrides)
     t = cfg.train
-    torch.manual_seed(cfg.seed)
-    model = build_model(get_config(cfg.model.name))
-    if preset is not None:
-        convert(model, preset)
+    model = loop_model(cfg, preset)
     data = open_data(cfg.data, cfg.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=t.lr, betas=(t.beta1, t.beta2),
                             weight_decay=t.weight_decay)
@@ -87,7 +103,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--presets", default="fp32,bf16,mxfp4",
-                    help="comma-separated presets for the loop_/train_ pairs")
+                    help="comma-separated presets for the loop_/train_ pairs (`mxfp4@auto`: "
+                         "with --precision.accum auto)")
     ap.add_argument("--out", type=Path, default=None,
                     help="the JSON (default: results/issue21/bench_train_e2e_t<threads>.json)")
     args = ap.parse_args()
@@ -103,7 +120,8 @@ def main() -> None:
 
         arms: dict[str, Callable[[], float]] = {"loop_plain": lambda: minimal_loop(base, None)}
         for p in presets:
-            fixed = {"precision.mode": "fixed", "precision.preset": p}
+            name, accum = preset_and_accum(p)
+            fixed = {"precision.mode": "fixed", "precision.preset": name, "precision.accum": accum}
             arms[f"loop_{p}"] = lambda p=p: minimal_loop(base, p)
             arms[f"train_{p}"] = lambda fixed=fixed: snip_train(run_of(fixed))
         arms["train_default"] = lambda: snip_train(run_of({}))

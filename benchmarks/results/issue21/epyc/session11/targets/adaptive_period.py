@@ -6,7 +6,9 @@ fp32 step``); mean and 95 % t-interval over the runs, per model.
 Works on any folder of ``run_<i>.json`` or ``after_<i>.json`` files.
 
     PYTHONPATH=src python benchmarks/results/issue21/epyc/session11/targets/adaptive_period.py \
-        [FOLDER [PREFIX]]
+        [FOLDER [PREFIX [THREADS]]]
+
+(``THREADS``, session 20: the runs' thread count, 1 by default.)
 """
 
 import json
@@ -17,10 +19,11 @@ from snip.compare.stats import t_interval
 
 here = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent
 prefix = sys.argv[2] if len(sys.argv) > 2 else "run"
+threads = sys.argv[3] if len(sys.argv) > 3 else "1"
 runs = []
 i = 1
 while (here / f"{prefix}_{i}.json").exists():
-    runs.append(json.loads((here / f"{prefix}_{i}.json").read_text())["runs"]["1"]["models"])
+    runs.append(json.loads((here / f"{prefix}_{i}.json").read_text())["runs"][threads]["models"])
     i += 1
 print(f"n = {len(runs)} runs; adaptive step averaged over a re-plan period / fp32 step (wall), "
       "mean [95% t-interval]")

@@ -4,7 +4,11 @@ bound (1.15 at width >= 128, 1.3 at ``tiny-deep``; and 1.05 for ``bf16``, with f
 ``bf16@auto``'s): inside (upper end
 <= bound), outside (lower end > bound), else unresolved.
 
-    PYTHONPATH=src python benchmarks/results/issue21/epyc/session11/targets/targets.py [FOLDER]
+    PYTHONPATH=src python benchmarks/results/issue21/epyc/session11/targets/targets.py \
+        [FOLDER [THREADS]]
+
+``THREADS`` (session 20): the runs' thread count, 1 by default; above 1 the metric is the wall
+time's ratio ``vs_fp32`` (CPU time adds up both threads' work).
 """
 
 import json
@@ -26,14 +30,16 @@ def verdict(lo: float, hi: float, bound: float) -> str:
 
 def main() -> None:
     here = Path(sys.argv[1]) if len(sys.argv) > 1 else HERE
+    threads = sys.argv[2] if len(sys.argv) > 2 else "1"
+    metric = "cpu_vs_fp32" if threads == "1" else "vs_fp32"
     runs = []
     i = 1
     while (here / f"run_{i}.json").exists():
-        data = json.loads((here / f"run_{i}.json").read_text())["runs"]["1"]["models"]
-        runs.append({(m, a): v["cpu_vs_fp32"] for m, mv in data.items()
+        data = json.loads((here / f"run_{i}.json").read_text())["runs"][threads]["models"]
+        runs.append({(m, a): v[metric] for m, mv in data.items()
                      for a, v in mv["arms"].items()})
         i += 1
-    print(f"n = {len(runs)} runs; cpu_vs_fp32, mean [95% t-interval]; bound {BOUND} "
+    print(f"n = {len(runs)} runs; {metric}, mean [95% t-interval]; bound {BOUND} "
           f"(tiny-deep {MODEL_BOUND['tiny-deep']}; {BF16_BOUND} also for bf16)")
     for key in runs[0]:
         if key[1] == "fp32":
