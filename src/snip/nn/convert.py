@@ -128,8 +128,9 @@ def qlinear_layers(model: nn.Module) -> list[tuple[str, QLinear]]:
 def plain_forward(model: nn.Module, device: torch.device | str) -> bool:
     """Whether every enabled ``QLinear`` of ``model`` runs its forward as a plain fp32
     ``F.linear`` on ``device``: an identity fprop format and fp32 GEMMs there (``Accum.FP32``,
-    or ``AUTO`` where bf16 GEMMs are not native).  Outside autocast such a model computes, bit
-    for bit, what it computes inside :func:`disabled` (a model with no ``QLinear`` too)."""
+    or ``AUTO`` where bf16 GEMMs are not native).  Outside autocast such a model's forward is
+    the one :func:`disabled` runs, fp32 ``F.linear`` of the same operands (tests check the bits
+    on snip's models); a model with no ``QLinear`` is plain too."""
     bf16_native = None
     for _, m in qlinear_layers(model):
         if not m.enabled:
