@@ -15,6 +15,7 @@ from snip.nn import (
     Accum,
     GemmSpecs,
     QLinear,
+    SaveMode,
     convert,
     disabled,
     layer_seed,
@@ -214,12 +215,26 @@ def test_saved_activation_bytes_over_model():
     model = convert(TinyLM(), "mxfp4")
     _loss(model, _tokens()).backward()
     hp = saved_activation_bytes(model)
-    convert(model, "mxfp4", save="encoded")  # already converted: only the specs change
+    convert(model, "mxfp4")  # already converted, no save given: each layer keeps its own
+    assert all(m.save is SaveMode.HP for _, m in qlinear_layers(model))
+    _loss(model, _tokens()).backward()
     assert saved_activation_bytes(model) == hp
-    for _, m in qlinear_layers(model):
-        m.save = type(m.save)("encoded")
+    convert(model, "mxfp4", save="encoded")  # given: converted layers take it too
+    assert all(m.save is SaveMode.ENCODED for _, m in qlinear_layers(model))
     _loss(model, _tokens()).backward()
     assert 0 < saved_activation_bytes(model) <= 0.35 * hp / 2  # vs bf16 = half of fp32
+
+
+def test_reconverting_applies_accum_only_where_given():
+    model = convert(TinyLM(), "fp32", accum="auto")
+    convert(model, "mxfp4")  # not given: kept
+    assert all(m.accum is Accum.AUTO and str(m.specs) == "mxfp4"
+               for _, m in qlinear_layers(model))
+    convert(model, "mxfp4", accum="bf16")  # given: applied to converted layers
+    assert all(m.accum is Accum.BF16 for _, m in qlinear_layers(model))
+    with pytest.raises(ValueError, match="accum"):  # bad input changes nothing
+        convert(model, "nvfp4", accum="fp64")
+    assert all(str(m.specs) == "mxfp4" for _, m in qlinear_layers(model))
 
 
 def _hf_tiny_llama():

@@ -225,16 +225,17 @@ def _wrap(name: str, module: nn.Module, specs: GemmSpecs, save: SaveMode,
 
 def convert(model: nn.Module, plan_or_preset: PlanOrPreset, *,
             filter_fn: FilterFn | None = None, skip_names: tuple[str, ...] = DEFAULT_SKIP_NAMES,
-            strict: bool = False, save: SaveMode | str = SaveMode.HP,
-            accum: Accum | str = Accum.FP32, gemm: str | None = None) -> nn.Module:
+            strict: bool = False, save: SaveMode | str | None = None,
+            accum: Accum | str | None = None, gemm: str | None = None) -> nn.Module:
     """Replace eligible linear layers by ``QLinear`` in place and return ``model``.
 
     Eligible: every ``nn.Linear`` and Hugging Face ``Conv1D`` (GPT-2) except those whose last
     name component is in ``skip_names``, those ``filter_fn(module, fqn)`` rejects (torchao's
     ``module_filter_fn`` order) and, for a plan, those it does not name.  Layers that are already
-    ``QLinear`` get the new specs.  What was converted and skipped is logged (logger
-    ``snip.nn.convert``, level INFO) and stored as ``model.snip_conversion`` (a
-    :class:`Conversion`).
+    ``QLinear`` get the new specs, and ``save``, ``accum`` and ``gemm`` where given (not given,
+    each keeps its own; new layers get ``"hp"``, ``"fp32"`` and emulated GEMMs).  What was
+    converted and skipped is logged (logger ``snip.nn.convert``, level INFO) and stored as
+    ``model.snip_conversion`` (a :class:`Conversion`).
 
     Converting nothing is a ``ValueError`` (training would silently run in full precision), as is,
     with ``strict=True``, any linear-like module left unconverted for a reason other than
@@ -245,7 +246,8 @@ def convert(model: nn.Module, plan_or_preset: PlanOrPreset, *,
     """
     lookup = _resolve(model, plan_or_preset)
     gemm = gemm if gemm is not None else getattr(plan_or_preset, "gemm", None)
-    save, accum = as_save_mode(save), as_accum(accum)
+    new_save = as_save_mode(SaveMode.HP if save is None else save)
+    new_accum = as_accum(Accum.FP32 if accum is None else accum)
     todo: list[tuple[str, nn.Module, GemmSpecs]] = []
     skipped: list[Skipped] = []
     for name, module in model.named_modules():
@@ -267,10 +269,14 @@ def convert(model: nn.Module, plan_or_preset: PlanOrPreset, *,
     for name, module, specs in todo:
         if isinstance(module, QLinear):
             module.set_specs(specs)
+            if save is not None:
+                module.save = new_save
+            if accum is not None:
+                module.accum = new_accum
             if gemm is not None:
                 module.set_gemm(gemm)
             continue
-        q = _wrap(name, module, specs, save, accum)
+        q = _wrap(name, module, specs, new_save, new_accum)
         if gemm is not None:
             q.set_gemm(gemm)
         if not name:
