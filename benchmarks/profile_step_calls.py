@@ -3,7 +3,8 @@
 
 ``profile_layer_step.py`` times one layer and each quantizer call on its own; this script asks
 what the same calls cost *inside* a model's training step, where the GEMMs, the autograd engine
-and the other layers run between them.  For one model and preset, in one process, 1 thread:
+and the other layers run between them.  For one model and preset (``mxfp4@auto``: with
+``accum="auto"``), in one process, 1 thread (``--threads N``: N, and part 1 in wall time):
 
 1. **Split of the step** (CPU ms, medians over interleaved rounds): plain fp32; ``snip_fp32``
    (converted, nothing quantized: snip's layer code alone); *replay*, the preset's step with
@@ -57,8 +58,11 @@ def _batch(model: str, tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
     return tok[:, :-1].contiguous(), tok[:, 1:].contiguous()
 
 
-def split(model: str, preset: str, tokens: int, rounds: int) -> dict[str, float]:
-    """Median CPU ms of fp32, snip_fp32, replay and real steps (interleaved rounds)."""
+def split(model: str, preset: str, tokens: int, rounds: int,
+          wall: bool = False) -> dict[str, float]:
+    """Median CPU ms (``wall``: wall-clock ms, for more than one thread, where CPU time adds up
+    every thread's work) of fp32, snip_fp32, replay and real steps (interleaved rounds)."""
+    clock = 0 if wall else 1  # (Arm.step returns wall and CPU seconds)
     batch = _batch(model, tokens)
     arms = {a: Arm(model, a, batch) for a in ("fp32", "snip_fp32")}
     q = Arm(model, preset, batch)
@@ -79,7 +83,7 @@ def split(model: str, preset: str, tokens: int, rounds: int) -> dict[str, float]
         gemm.quantize_operand = replay if mode == "replay" else _REAL
         at[0] = 0
         try:
-            return q.step()[1]
+            return q.step()[clock]
         finally:
             gemm.quantize_operand = _REAL
 
@@ -91,7 +95,7 @@ def split(model: str, preset: str, tokens: int, rounds: int) -> dict[str, float]
     times: dict[str, list[float]] = {k: [] for k in ("fp32", "snip_fp32", "replay", "real")}
     for r in range(rounds + 2):
         for k in ("fp32", "snip_fp32"):
-            t = arms[k].step()[1]
+            t = arms[k].step()[clock]
             if r >= 2:
                 times[k].append(t)
         for m in (("real", "replay") if r % 2 == 0 else ("replay", "real")):
@@ -181,15 +185,19 @@ def main() -> None:
     ap.add_argument("--preset", default="mxfp4")
     ap.add_argument("--tokens", type=int, default=1024)
     ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch threads (above 1 the split is in wall-clock ms)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     info = cpu_info()
-    print(f"CPU: {info['summary']}; {args.model}, {args.preset}, {args.tokens} tokens, 1 thread")
-    sp = split(args.model, args.preset, args.tokens, args.rounds)
-    print("step, CPU ms: " + ", ".join(f"{k} {v:.1f}" for k, v in sp.items()
-                                        if k != "calls_per_step")
-          + f"; {sp['calls_per_step']} quantizer calls per step")
+    print(f"CPU: {info['summary']}; {args.model}, {args.preset}, {args.tokens} tokens, "
+          f"{args.threads} thread(s)")
+    wall = args.threads > 1
+    sp = split(args.model, args.preset, args.tokens, args.rounds, wall=wall)
+    times = ", ".join(f"{k} {v:.1f}" for k, v in sp.items() if k != "calls_per_step")
+    print(f"step, {'wall' if wall else 'CPU'} ms: {times}; "
+          f"{sp['calls_per_step']} quantizer calls per step")
     rows = calls(args.model, args.preset, args.tokens, max(3, args.rounds // 2))
     print(f"{'shape':>12} {'axis':>4} {'rounding':>10} {'/step':>5} {'in step':>9} "
           f"{'kernel':>8} {'alone':>8}  (us)")
@@ -203,7 +211,9 @@ def main() -> None:
           f"(kernels {tot['kernel_in_step_us']:.1f}), alone {tot['alone_us']:.1f}")
     if args.out:
         args.out.write_text(json.dumps({"command": " ".join(sys.argv), "cpu": info,
-                                        "torch": torch.__version__, "split_ms": sp,
+                                        "torch": torch.__version__, "threads": args.threads,
+                                        "split_clock": "wall" if wall else "cpu",
+                                        "split_ms": sp,
                                         "calls": rows, "per_step_ms": tot}, indent=1))
         print(f"wrote {args.out}")
 

@@ -33,3 +33,13 @@ def test_calls_records_every_kind_of_call_of_a_step_and_restores_the_quantizer()
     finally:
         gemm.quantize_operand = script._REAL
     assert sum(r["per_step"] for r in rows) == len(made)
+
+
+def test_split_reads_cpu_time_and_with_wall_the_wall_clock(monkeypatch) -> None:
+    """Part 1 takes each step's CPU seconds, or its wall seconds with ``wall`` (more than one
+    thread): ``Arm.step`` returns both, here fixed, so the medians are exact."""
+    monkeypatch.setattr(script.Arm, "step", lambda self: (0.25, 0.5))
+    for wall, ms in ((False, 500.0), (True, 250.0)):
+        sp = script.split("tiny-deep", "mxfp4", tokens=128, rounds=1, wall=wall)
+        assert {k: sp[k] for k in ("fp32", "snip_fp32", "replay", "real")} == dict.fromkeys(
+            ("fp32", "snip_fp32", "replay", "real"), ms)
