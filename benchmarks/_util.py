@@ -13,6 +13,13 @@ from pathlib import Path
 OUT = Path(__file__).resolve().parent / "out"
 
 
+def preset_and_accum(arm: str) -> tuple[str, str]:
+    """An arm's preset and GEMM arithmetic: ``"mxfp4@auto"`` -> ``("mxfp4", "auto")``
+    (``accum="auto"``, `--precision.accum auto`); a bare preset runs fp32 GEMMs (the default)."""
+    preset, _, accum = arm.partition("@")
+    return preset, accum or "fp32"
+
+
 def wall_times(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> list[float]:
     """Wall time in seconds of each of ``repeats`` calls of ``fn``, after ``warmup`` calls."""
     for _ in range(warmup):

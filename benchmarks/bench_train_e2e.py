@@ -47,17 +47,11 @@ from snip.train import from_sources, train
 from snip.train.batches import open_data
 
 try:
-    from benchmarks._util import cpu_info
+    from benchmarks._util import cpu_info, preset_and_accum
 except ImportError:  # run as a script from the benchmarks directory
-    from _util import cpu_info
+    from _util import cpu_info, preset_and_accum
 
 RESULTS = Path(__file__).parent / "results" / "issue21"
-
-
-def preset_and_accum(arm_preset: str) -> tuple[str, str]:
-    """``"mxfp4@auto"`` -> ``("mxfp4", "auto")``; a bare preset runs fp32 GEMMs (the default)."""
-    preset, _, accum = arm_preset.partition("@")
-    return preset, accum or "fp32"
 
 
 def loop_model(cfg, preset: str | None) -> torch.nn.Module:

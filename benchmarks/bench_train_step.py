@@ -77,9 +77,9 @@ from snip.train.config import DEFAULT_PRESET, PrecisionSection
 from snip.train.precision import make_controller
 
 try:
-    from benchmarks._util import cpu_info, warm_kernels
+    from benchmarks._util import cpu_info, preset_and_accum, warm_kernels
 except ImportError:  # run as a script from the benchmarks directory
-    from _util import cpu_info, warm_kernels
+    from _util import cpu_info, preset_and_accum, warm_kernels
 
 PRESETS = ["bf16", "fp8_e4m3", "fp8_e4m3_tile128", "mxfp8_e4m3", "mxfp4", "nvfp4",
            "fp4_e2m1_tile128", "fp4_e2m1_tensor"]
@@ -109,11 +109,11 @@ class Arm:
         torch.manual_seed(0)
         model = build_model(model_config(model_name))
         self.autocast = arm == "bf16_autocast"
-        preset, _, accum = arm.partition("@")  # "<preset>@auto": accum="auto"
         if arm == "snip_fp32":  # converted, all GEMMs fp32: the cost of the layer itself
             convert(model, "fp32")
         elif arm not in ("fp32", "bf16_autocast"):
-            convert(model, preset, accum=accum or "fp32")
+            preset, accum = preset_and_accum(arm)  # "<preset>@auto": accum="auto"
+            convert(model, preset, accum=accum)
         self.model = model
         self.fwd: Callable = torch.compile(model) if compiled else model
         self.opt = torch.optim.AdamW(model.parameters(), lr=1e-3)

@@ -157,26 +157,26 @@ def test_disabled_is_fp32_and_restores_even_on_error():
 
 def test_plain_forward_says_whether_the_forward_is_what_disabled_runs():
     model = TinyLM()
-    assert plain_forward(model, "cpu")  # no QLinear
+    assert plain_forward(model)  # no QLinear
     convert(model, "fp32")
-    assert plain_forward(model, "cpu")
+    assert plain_forward(model)
     with torch.no_grad():
         out = model(_tokens())
         with disabled(model):
             assert torch.equal(out, model(_tokens()))  # bit for bit, as plain_forward says
     wq = model.layers[0].attn["wq"]
     wq.set_specs(GemmSpecs(fprop="fp32", dgrad="mxfp4", wgrad="mxfp4"))
-    assert plain_forward(model, "cpu")  # backward formats do not matter
+    assert plain_forward(model)  # backward formats do not matter
     wq.set_specs("mxfp4")
-    assert not plain_forward(model, "cpu")
+    assert not plain_forward(model)
     wq.enabled = False  # a layer the user disabled runs F.linear
-    assert plain_forward(model, "cpu")
+    assert plain_forward(model)
     wq.enabled = True
     wq.set_specs("fp32")
     wq.accum = Accum.BF16  # bf16 GEMMs: not F.linear's
-    assert not plain_forward(model, "cpu")
+    assert not plain_forward(model)
     wq.accum = Accum.AUTO  # bf16 GEMMs where they are native
-    assert plain_forward(model, "cpu") is not bf16_gemm_native("cpu")
+    assert plain_forward(model) is not bf16_gemm_native("cpu")
 
 
 def _plan(layers: dict[str, str]) -> PrecisionPlan:

@@ -50,7 +50,7 @@ from torch import nn
 from snip.errors import UserError
 from snip.formats import QuantSpec
 from snip.nn.conv1d import QConv1D, is_conv1d
-from snip.nn.gemm import bf16_gemm_native
+from snip.nn.gemm import bf16_operands
 from snip.nn.qlinear import QLinear, as_gemm_specs
 from snip.nn.specs import Accum, GemmSpecs, SaveMode, as_accum, as_save_mode
 
@@ -125,24 +125,15 @@ def qlinear_layers(model: nn.Module) -> list[tuple[str, QLinear]]:
     return [(n, m) for n, m in model.named_modules() if isinstance(m, QLinear)]
 
 
-def plain_forward(model: nn.Module, device: torch.device | str) -> bool:
+def plain_forward(model: nn.Module) -> bool:
     """Whether every enabled ``QLinear`` of ``model`` runs its forward as a plain fp32
-    ``F.linear`` on ``device``: an identity fprop format and fp32 GEMMs there (``Accum.FP32``,
-    or ``AUTO`` where bf16 GEMMs are not native).  Outside autocast such a model's forward is
-    the one :func:`disabled` runs, fp32 ``F.linear`` of the same operands (tests check the bits
-    on snip's models); a model with no ``QLinear`` is plain too."""
-    bf16_native = None
-    for _, m in qlinear_layers(model):
-        if not m.enabled:
-            continue
-        if not m.specs.fprop.is_identity or m.accum is Accum.BF16:
-            return False
-        if m.accum is Accum.AUTO:
-            if bf16_native is None:
-                bf16_native = bf16_gemm_native(device)
-            if bf16_native:
-                return False
-    return True
+    ``F.linear``: an identity fprop format and fp32 GEMMs on its weight's device (not
+    :func:`~snip.nn.gemm.bf16_operands`: ``Accum.FP32``, or ``AUTO`` where bf16 GEMMs are not
+    native).  Outside autocast such a model's forward is the one :func:`disabled` runs, fp32
+    ``F.linear`` of the same operands (tests check the bits on snip's models); a model with no
+    ``QLinear`` is plain too."""
+    return all(not m.enabled or (m.specs.fprop.is_identity and not bf16_operands(m.accum, m.weight))
+               for _, m in qlinear_layers(model))
 
 
 def is_linear_like(module: nn.Module) -> bool:

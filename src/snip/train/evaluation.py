@@ -71,7 +71,7 @@ def evaluate(model: nn.Module, batches: list[tuple[torch.Tensor, torch.Tensor]],
         model.eval()
         try:
             loss = mean_loss(model, batches, device, bf16)
-            if not bf16 and plain_forward(model, device):
+            if not bf16 and plain_forward(model):
                 loss_hp = loss  # the same fp32 forward: one pass, not two
             else:
                 with disabled(model):

@@ -41,7 +41,7 @@ def timed(name: str) -> None:
 def main() -> None:
     torch.set_num_threads(1)
     if "--two-passes" in sys.argv:
-        evaluation.plain_forward = lambda model, device: False
+        evaluation.plain_forward = lambda model: False
     for name in ("evaluate", "save", "step", "replan"):
         timed(name)
     with tempfile.TemporaryDirectory() as tmp:
