@@ -9,10 +9,14 @@ and the other layers run between them.  For one model and preset (``mxfp4@auto``
 1. **Split of the step** (CPU ms, medians over interleaved rounds): plain fp32; ``snip_fp32``
    (converted, nothing quantized: snip's layer code alone); *replay*, the preset's step with
    every ``quantize_operand`` call answered by the tensor that call returned in a recorded step
-   (the same GEMMs on the same quantized operands, no quantizer work); and the real step.
+   (the same GEMMs on the same quantized operands, no quantizer work); *copy*, every call
+   answered by a fresh copy of its input in the operand's dtype (:func:`copy_operand`: the
+   bytes any out-of-place quantizer writes, and nothing else); and the real step.
    ``real - replay`` is what the quantizer calls cost in the step, ``replay - snip_fp32`` what
-   the quantized operands change elsewhere (the GEMMs, seeds), ``snip_fp32 - fp32`` the layer
-   code.
+   the quantized operands change elsewhere (the GEMMs, seeds, and operands read from memory
+   that a recorded step wrote long ago), ``snip_fp32 - fp32`` the layer code; ``copy -
+   snip_fp32`` is the floor of writing every operand anew, ``real - copy`` the quantizers'
+   work above that floor.
 2. **Each kind of call** (shape, axis, rounding): its wall time inside the step and that of its
    numba kernel alone (every entry kernel and its one-thread twin wrapped: ``_ENTRY_KERNELS``),
    against the same call repeated on its own on the same operand (warm caches), medians; per
@@ -58,10 +62,26 @@ def _batch(model: str, tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
     return tok[:, :-1].contiguous(), tok[:, 1:].contiguous()
 
 
+def copy_operand(*a, **k) -> torch.Tensor:
+    """``quantize_operand``'s stand-in for the *copy* step: a fresh copy of ``x`` in the dtype
+    the real call returns (bf16 for a bf16 GEMM's operand, else fp32); an identity spec's
+    operand passes through as the real call passes it."""
+    bound = _SIGNATURE.bind(*a, **k)
+    x, spec = bound.arguments["x"], bound.arguments["spec"]
+    if spec.is_identity:
+        return _REAL(*a, **k)
+    dtype = torch.bfloat16 if bound.arguments.get("bf16") else torch.float32
+    return x.to(dtype, memory_format=torch.contiguous_format, copy=True)
+
+
+_MODES = ("fp32", "snip_fp32", "replay", "copy", "real")
+
+
 def split(model: str, preset: str, tokens: int, rounds: int,
           wall: bool = False) -> dict[str, float]:
     """Median CPU ms (``wall``: wall-clock ms, for more than one thread, where CPU time adds up
-    every thread's work) of fp32, snip_fp32, replay and real steps (interleaved rounds)."""
+    every thread's work) of fp32, snip_fp32, replay, copy and real steps (interleaved
+    rounds)."""
     clock = 0 if wall else 1  # (Arm.step returns wall and CPU seconds)
     batch = _batch(model, tokens)
     arms = {a: Arm(model, a, batch) for a in ("fp32", "snip_fp32")}
@@ -80,7 +100,7 @@ def split(model: str, preset: str, tokens: int, rounds: int,
         return out
 
     def step(mode: str) -> float:
-        gemm.quantize_operand = replay if mode == "replay" else _REAL
+        gemm.quantize_operand = {"replay": replay, "copy": copy_operand}.get(mode, _REAL)
         at[0] = 0
         try:
             return q.step()[clock]
@@ -92,13 +112,14 @@ def split(model: str, preset: str, tokens: int, rounds: int,
         q.step()
     finally:
         gemm.quantize_operand = _REAL
-    times: dict[str, list[float]] = {k: [] for k in ("fp32", "snip_fp32", "replay", "real")}
+    times: dict[str, list[float]] = {k: [] for k in _MODES}
+    order = ("real", "copy", "replay")
     for r in range(rounds + 2):
         for k in ("fp32", "snip_fp32"):
             t = arms[k].step()[clock]
             if r >= 2:
                 times[k].append(t)
-        for m in (("real", "replay") if r % 2 == 0 else ("replay", "real")):
+        for m in order[r % 3:] + order[:r % 3]:  # (each mode in each place, in turn)
             t = step(m)
             if r >= 2:
                 times[m].append(t)

@@ -1,9 +1,13 @@
 """benchmarks/profile_step_calls.py times the quantizer calls a whole training step makes,
 whatever keywords the layer passes them, and puts the real quantizer back."""
 
+import torch
+
 import snip.nn.gemm as gemm
 from _benchmarks import load
 from snip.formats import fast
+from snip.formats.rounding import Rounding
+from snip.formats.spec import get_spec
 
 script = load("profile_step_calls", "profile_step_calls_script")
 
@@ -37,9 +41,32 @@ def test_calls_records_every_kind_of_call_of_a_step_and_restores_the_quantizer()
 
 def test_split_reads_cpu_time_and_with_wall_the_wall_clock(monkeypatch) -> None:
     """Part 1 takes each step's CPU seconds, or its wall seconds with ``wall`` (more than one
-    thread): ``Arm.step`` returns both, here fixed, so the medians are exact."""
-    monkeypatch.setattr(script.Arm, "step", lambda self: (0.25, 0.5))
+    thread): ``Arm.step`` returns both, here fixed, so the medians are exact.  The *copy*
+    steps run with :func:`copy_operand` in the quantizer's place, once a round."""
+    seen = []
+
+    def step(self):
+        seen.append(gemm.quantize_operand)
+        return 0.25, 0.5
+    monkeypatch.setattr(script.Arm, "step", step)
     for wall, ms in ((False, 500.0), (True, 250.0)):
         sp = script.split("tiny-deep", "mxfp4", tokens=128, rounds=1, wall=wall)
-        assert {k: sp[k] for k in ("fp32", "snip_fp32", "replay", "real")} == dict.fromkeys(
-            ("fp32", "snip_fp32", "replay", "real"), ms)
+        assert {k: sp[k] for k in script._MODES} == dict.fromkeys(script._MODES, ms)
+    assert seen.count(script.copy_operand) == 2 * (1 + 2)  # two splits, 1 + 2 warm-up rounds
+    assert gemm.quantize_operand is script._REAL
+
+
+def test_copy_operand_is_a_fresh_copy_in_the_dtype_the_real_call_returns() -> None:
+    """The *copy* step's stand-in writes a new contiguous tensor of the input's values, fp32 or
+    (for a bf16 GEMM's operand) bf16 as the real call would return; an identity spec's operand
+    is the input itself, as the real call gives it."""
+    x = torch.randn(64, 32).t()  # (non-contiguous)
+    spec = get_spec("mxfp4")
+    for bf16 in (False, True):
+        real = script._REAL(x, spec, -1, Rounding.RNE, 0, bf16=bf16)
+        out = script.copy_operand(x, spec, -1, Rounding.RNE, 0, bf16=bf16)
+        assert out.dtype == real.dtype and out.is_contiguous()
+        assert out.data_ptr() != x.data_ptr()
+        assert torch.equal(out, x.to(out.dtype))
+    ident = get_spec("fp32")
+    assert script.copy_operand(x, ident, 0, Rounding.RNE, 0) is x
