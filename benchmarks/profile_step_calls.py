@@ -64,14 +64,15 @@ def _batch(model: str, tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 def copy_operand(*a, **k) -> torch.Tensor:
     """``quantize_operand``'s stand-in for the *copy* step: a fresh copy of ``x`` in the dtype
-    the real call returns (bf16 for a bf16 GEMM's operand, else fp32); an identity spec's
-    operand passes through as the real call passes it."""
+    the real call returns (bf16 for a bf16 GEMM's operand, else fp32), in memory from the
+    allocator the real call's output comes from (``fast.empty_like``: snip's buffer cache for
+    large outputs); an identity spec's operand passes through as the real call passes it."""
     bound = _SIGNATURE.bind(*a, **k)
     x, spec = bound.arguments["x"], bound.arguments["spec"]
     if spec.is_identity:
         return _REAL(*a, **k)
     dtype = torch.bfloat16 if bound.arguments.get("bf16") else torch.float32
-    return x.to(dtype, memory_format=torch.contiguous_format, copy=True)
+    return fast.empty_like(x, dtype).copy_(x)
 
 
 _MODES = ("fp32", "snip_fp32", "replay", "copy", "real")

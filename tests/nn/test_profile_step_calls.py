@@ -58,8 +58,8 @@ def test_split_reads_cpu_time_and_with_wall_the_wall_clock(monkeypatch) -> None:
 
 def test_copy_operand_is_a_fresh_copy_in_the_dtype_the_real_call_returns() -> None:
     """The *copy* step's stand-in writes a new contiguous tensor of the input's values, fp32 or
-    (for a bf16 GEMM's operand) bf16 as the real call would return; an identity spec's operand
-    is the input itself, as the real call gives it."""
+    (for a bf16 GEMM's operand) bf16 as the real call would return, from the real call's
+    allocator; an identity spec's operand is the input itself, as the real call gives it."""
     x = torch.randn(64, 32).t()  # (non-contiguous)
     spec = get_spec("mxfp4")
     for bf16 in (False, True):
@@ -68,5 +68,14 @@ def test_copy_operand_is_a_fresh_copy_in_the_dtype_the_real_call_returns() -> No
         assert out.dtype == real.dtype and out.is_contiguous()
         assert out.data_ptr() != x.data_ptr()
         assert torch.equal(out, x.to(out.dtype))
+    # a large output comes from snip's buffer cache, as the real call's does: its memory goes
+    # back to the cache when the tensor dies, and the next copy of that size takes it again
+    big = torch.randn(1024, 384)
+    first = script.copy_operand(big, spec, -1, Rounding.RNE, 0)
+    del first
+    idle = fast._buffers.idle_bytes
+    assert idle >= big.nbytes
+    again = script.copy_operand(big, spec, -1, Rounding.RNE, 0)
+    assert fast._buffers.idle_bytes == idle - big.nbytes and torch.equal(again, big)
     ident = get_spec("fp32")
     assert script.copy_operand(x, ident, 0, Rounding.RNE, 0) is x
