@@ -18,11 +18,11 @@ import statistics
 import sys
 
 import numpy as np
-import profile_step_calls as p
 import torch
-from bench_train_step import Arm
 
+import profile_step_calls as p
 import snip.nn.gemm as gemm
+from bench_train_step import Arm
 from snip.formats import fast
 
 
