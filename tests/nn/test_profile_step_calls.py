@@ -1,6 +1,8 @@
 """benchmarks/profile_step_calls.py times the quantizer calls a whole training step makes,
 whatever keywords the layer passes them, and puts the real quantizer back."""
 
+import inspect
+
 import torch
 
 import snip.nn.gemm as gemm
@@ -60,6 +62,9 @@ def test_copy_operand_is_a_fresh_copy_in_the_dtype_the_real_call_returns() -> No
     """The *copy* step's stand-in writes a new contiguous tensor of the input's values, fp32 or
     (for a bf16 GEMM's operand) bf16 as the real call would return, from the real call's
     allocator; an identity spec's operand is the input itself, as the real call gives it."""
+    # a drop-in stand-in: quantize_operand's parameters, in its order
+    assert list(inspect.signature(script.copy_operand).parameters) == list(
+        script._SIGNATURE.parameters)
     x = torch.randn(64, 32).t()  # (non-contiguous)
     spec = get_spec("mxfp4")
     for bf16 in (False, True):
