@@ -16,6 +16,7 @@ from snip.nn import (
     GemmSpecs,
     QLinear,
     SaveMode,
+    bf16_gemms_idle,
     convert,
     disabled,
     layer_seed,
@@ -177,6 +178,26 @@ def test_plain_forward_says_whether_the_forward_is_what_disabled_runs():
     assert not plain_forward(model)
     wq.accum = Accum.AUTO  # bf16 GEMMs where they are native
     assert plain_forward(model) is not bf16_gemm_native("cpu")
+
+
+def test_bf16_gemms_idle_says_whether_auto_would_run_quantized_gemms_in_bf16(monkeypatch):
+    monkeypatch.setenv("SNIP_BF16_GEMM", "1")  # a machine that multiplies bf16 natively
+    model = TinyLM()
+    assert not bf16_gemms_idle(model)  # no QLinear
+    convert(model, "fp32")
+    assert not bf16_gemms_idle(model)  # nothing quantized: auto would only round fp32 to bf16
+    wq = model.layers[0].attn["wq"]
+    wq.set_specs(GemmSpecs(fprop="fp32", dgrad="fp32", wgrad="mxfp4"))
+    assert bf16_gemms_idle(model)  # one quantized GEMM of one layer is enough
+    wq.enabled = False
+    assert not bf16_gemms_idle(model)
+    wq.enabled = True
+    for accum in (Accum.AUTO, Accum.BF16):  # its GEMMs run in bf16 already
+        wq.accum = accum
+        assert not bf16_gemms_idle(model)
+    wq.accum = Accum.FP32
+    monkeypatch.setenv("SNIP_BF16_GEMM", "0")  # bf16 not native: auto would run fp32 GEMMs
+    assert not bf16_gemms_idle(model)
 
 
 def _plan(layers: dict[str, str]) -> PrecisionPlan:

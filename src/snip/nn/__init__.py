@@ -4,6 +4,7 @@ from snip.nn.conv1d import QConv1D, is_conv1d
 from snip.nn.convert import (
     DEFAULT_SKIP_NAMES,
     ResolvesToSpecs,
+    bf16_gemms_idle,
     convert,
     disabled,
     is_linear_like,
@@ -28,6 +29,7 @@ __all__ = [
     "GemmSpecs", "fp8_gemm_supported", "native_sqnr",
     "QConv1D", "QLinear", "is_conv1d", "is_linear_like",
     "ResolvesToSpecs", "SaveMode", "SavedBytes",
-    "as_gemm_specs", "convert", "disabled", "layer_seed", "plain_forward", "qlinear_layers",
+    "as_gemm_specs", "bf16_gemms_idle", "convert", "disabled", "layer_seed", "plain_forward",
+    "qlinear_layers",
     "quantized_linear", "saved_activation_bytes", "unconvert", "weight_reusable",
 ]

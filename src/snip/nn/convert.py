@@ -136,6 +136,18 @@ def plain_forward(model: nn.Module) -> bool:
                for _, m in qlinear_layers(model))
 
 
+def bf16_gemms_idle(model: nn.Module) -> bool:
+    """Whether ``accum="auto"`` would run some of ``model``'s quantized GEMMs in bf16 that now
+    run in fp32: an enabled ``QLinear`` that quantizes at least one of its three GEMMs, with fp32
+    GEMMs on a device that multiplies bf16 natively (:func:`~snip.nn.gemm.bf16_gemm_native`).
+    ``snip train`` says so when it starts (RESULTS §7an: on such a CPU every preset's step is
+    then within issue 21's bounds at 1 thread)."""
+    return any(m.enabled and not bf16_operands(m.accum, m.weight)
+               and bf16_operands(Accum.AUTO, m.weight)
+               and not all(s.is_identity for s in (m.specs.fprop, m.specs.dgrad, m.specs.wgrad))
+               for _, m in qlinear_layers(model))
+
+
 def is_linear_like(module: nn.Module) -> bool:
     """A module that computes a matrix product with its own weight: ``nn.Linear`` and its
     subclasses, HF ``Conv1D``, and anything else whose class name says ``Linear``."""

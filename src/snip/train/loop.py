@@ -56,7 +56,7 @@ from torch import nn
 from snip.errors import UserError
 from snip.formats.scaling import RowShard
 from snip.models import ModelConfig, build_model, get_config
-from snip.nn import convert, qlinear_layers
+from snip.nn import bf16_gemms_idle, convert, qlinear_layers
 from snip.plan import PrecisionPlan, fp4_flop_fraction
 from snip.train import checkpoint, distributed, rundir, runstate
 from snip.train import config as C
@@ -280,6 +280,7 @@ class Trainer:
             cfg, convert(model, self.plan, accum=cfg.precision.accum), self.dist, ckpt,
             fresh_wrapper=self.branched and saved.writeback != cfg.writeback)
         self.dir = run_dir_for(cfg)
+        self._note_bf16_gemms()
         start = ckpt.step if ckpt is not None else 0
         self.controller = make_controller(
             cfg.precision, self.dir / "sensitivity", self.dist.is_main, cfg.seed,
@@ -512,6 +513,14 @@ class Trainer:
         return model, make_optimizer(model, self.cfg.train)
 
     # -- the loop --------------------------------------------------------------------------------
+
+    def _note_bf16_gemms(self) -> None:
+        """Quantized GEMMs in fp32 on a device that multiplies bf16 natively: say that
+        ``--precision.accum auto`` would run them in bf16 (not the default: see its help)."""
+        if self.dist.is_main and bf16_gemms_idle(self.model):
+            print("snip train: note: this machine multiplies bf16 natively; --precision.accum "
+                  "auto runs the quantized GEMMs on bf16 operands with bf16 outputs, faster "
+                  "here (README: 'What emulation costs on a CPU')", file=sys.stderr)
 
     def _warn_if_never_replanned(self, end: int) -> None:
         """An adaptive run whose first plan falls after its last step never adapts: say so."""
