@@ -69,11 +69,11 @@ def test_train_notes_bf16_gemms_where_native_and_unused(tiny: dict, capsys: pyte
     note = "--precision.accum auto runs the quantized GEMMs on bf16 operands"
     monkeypatch.setenv("SNIP_BF16_GEMM", "1")
     train(from_sources(overrides={**tiny, "train.steps": 1, "precision.preset": "mxfp4"}))
-    assert note in capsys.readouterr().err
+    assert note in capsys.readouterr().out
     train(from_sources(overrides={**tiny, "run.name": "b", "train.steps": 1,
                                   "precision.preset": "fp32"}))  # nothing quantized
-    assert note not in capsys.readouterr().err
+    assert note not in capsys.readouterr().out
     monkeypatch.setenv("SNIP_BF16_GEMM", "0")
     train(from_sources(overrides={**tiny, "run.name": "c", "train.steps": 1,
                                   "precision.preset": "mxfp4"}))
-    assert note not in capsys.readouterr().err
+    assert note not in capsys.readouterr().out

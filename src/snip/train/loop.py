@@ -515,12 +515,13 @@ class Trainer:
     # -- the loop --------------------------------------------------------------------------------
 
     def _note_bf16_gemms(self) -> None:
-        """Quantized GEMMs in fp32 on a device that multiplies bf16 natively: say that
-        ``--precision.accum auto`` would run them in bf16 (not the default: see its help)."""
+        """Quantized GEMMs in fp32 on a device that multiplies bf16 natively: say on stdout
+        (not stderr, where an error is one line) that ``--precision.accum auto`` would run them
+        in bf16 (not the default: see its help)."""
         if self.dist.is_main and bf16_gemms_idle(self.model):
             print("snip train: note: this machine multiplies bf16 natively; --precision.accum "
                   "auto runs the quantized GEMMs on bf16 operands with bf16 outputs, faster "
-                  "here (README: 'What emulation costs on a CPU')", file=sys.stderr)
+                  "here (README: 'What emulation costs on a CPU')")
 
     def _warn_if_never_replanned(self, end: int) -> None:
         """An adaptive run whose first plan falls after its last step never adapts: say so."""
