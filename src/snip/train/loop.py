@@ -230,6 +230,9 @@ def run_dir_for(cfg: C.Config) -> Path:
 # The trainer.
 
 
+_bf16_noted = False  # whether this process printed Trainer._note_bf16_gemms's line
+
+
 class Trainer:
     """Model, optimizer, schedule, data position, precision plan, controller, write-back and
     metrics of one run, with `step()` (one optimizer step) and `run()` (the loop)."""
@@ -517,8 +520,11 @@ class Trainer:
     def _note_bf16_gemms(self) -> None:
         """Quantized GEMMs in fp32 on a device that multiplies bf16 natively: say on stdout
         (not stderr, where an error is one line) that ``--precision.accum auto`` would run them
-        in bf16 (not the default: see its help)."""
-        if self.dist.is_main and bf16_gemms_idle(self.model):
+        in bf16 (not the default: see its help); once a process (``snip compare`` runs many
+        trainers in one)."""
+        global _bf16_noted
+        if not _bf16_noted and self.dist.is_main and bf16_gemms_idle(self.model):
+            _bf16_noted = True
             print("snip train: note: this machine multiplies bf16 natively; --precision.accum "
                   "auto runs the quantized GEMMs on bf16 operands with bf16 outputs, faster "
                   "here (README: 'What emulation costs on a CPU')")
