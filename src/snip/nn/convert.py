@@ -52,7 +52,7 @@ from snip.formats import QuantSpec
 from snip.nn.conv1d import QConv1D, is_conv1d
 from snip.nn.gemm import bf16_operands
 from snip.nn.qlinear import QLinear, as_gemm_specs
-from snip.nn.specs import Accum, GemmSpecs, SaveMode, as_accum, as_save_mode
+from snip.nn.specs import Accum, Gemm, GemmSpecs, SaveMode, as_accum, as_save_mode
 
 FilterFn = Callable[[nn.Module, str], bool]
 DEFAULT_SKIP_NAMES = ("output", "lm_head")
@@ -144,7 +144,7 @@ def bf16_gemms_idle(model: nn.Module) -> bool:
     then within issue 21's bounds at 1 thread)."""
     return any(m.enabled and not bf16_operands(m.accum, m.weight)
                and bf16_operands(Accum.AUTO, m.weight)
-               and not all(s.is_identity for s in (m.specs.fprop, m.specs.dgrad, m.specs.wgrad))
+               and any(not m.specs.get(g).is_identity for g in Gemm)
                for _, m in qlinear_layers(model))
 
 
