@@ -65,10 +65,11 @@ def _batch(model: str, tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
 def copy_operand(x: torch.Tensor, spec, axis: int, rounding, seed: int, tokens=None,
                  bf16: bool = False, activation: bool = False) -> torch.Tensor:
     """``quantize_operand``'s stand-in for the *copy* step (its parameters, bound by Python
-    itself: no per-call ``Signature.bind``, ~4 us, in the step): a fresh copy of ``x`` in the
-    dtype the real call returns (bf16 for a bf16 GEMM's operand, else fp32), in memory from the
-    allocator the real call's output comes from (``fast.empty_like``: snip's buffer cache for
-    large outputs); an identity spec's operand passes through as the real call passes it."""
+    itself: no per-call ``Signature.bind``, ~6 us a call, in the step; RESULTS §7au): a fresh
+    copy of ``x`` in the dtype the real call returns (bf16 for a bf16 GEMM's operand, else
+    fp32), in memory from the allocator the real call's output comes from (``fast.empty_like``:
+    snip's buffer cache for large outputs); an identity spec's operand passes through as the
+    real call passes it."""
     if spec.is_identity:
         return _REAL(x, spec, axis, rounding, seed, tokens, bf16=bf16, activation=activation)
     return fast.empty_like(x, torch.bfloat16 if bf16 else torch.float32).copy_(x)
