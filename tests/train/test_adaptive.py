@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import snip.train.loop as loop
+from snip.errors import UserError
 from snip.plan import PrecisionPlan
 from snip.train import PrecisionController, from_sources, train
 
@@ -82,3 +83,8 @@ def test_train_notes_bf16_gemms_where_native_and_unused(tiny: dict, capsys: pyte
     train(from_sources(overrides={**tiny, "run.name": "d", "train.steps": 1,
                                   "precision.preset": "mxfp4"}))
     assert note not in capsys.readouterr().out  # once a process
+    monkeypatch.setattr(loop, "_bf16_noted", False)
+    with pytest.raises(UserError, match="already holds checkpoints"):  # a start that fails
+        train(from_sources(overrides={**tiny, "run.name": "d", "train.steps": 1,
+                                      "precision.preset": "mxfp4"}))
+    assert note not in capsys.readouterr().out  # says only why

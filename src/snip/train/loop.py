@@ -283,7 +283,6 @@ class Trainer:
             cfg, convert(model, self.plan, accum=cfg.precision.accum), self.dist, ckpt,
             fresh_wrapper=self.branched and saved.writeback != cfg.writeback)
         self.dir = run_dir_for(cfg)
-        self._note_bf16_gemms()
         start = ckpt.step if ckpt is not None else 0
         self.controller = make_controller(
             cfg.precision, self.dir / "sensitivity", self.dist.is_main, cfg.seed,
@@ -308,6 +307,7 @@ class Trainer:
             log_path = self.dir / "metrics.jsonl" if self.dist.is_main else None
             tb = self.dir / "tensorboard" if cfg.log.tensorboard and self.dist.is_main else None
             self.log = MetricsLog(log_path, tb, lock=lock)
+        self._note_bf16_gemms()  # (once the run has started: a start that fails says only why)
         if ckpt is not None and self.branched:
             self.log.log("branch", self.step_count, parent=str(ckpt.path),
                          inherited_precision=inherit)
