@@ -218,12 +218,14 @@ def test_quantize_into_a_wider_dtype_rounds_in_the_input_dtype_first(preset) -> 
     assert torch.equal(quantize(x, preset, dtype=torch.float32), want)
 
 
-def test_thread_choice_tries_both_keeps_the_faster_and_tries_again() -> None:
+def test_thread_choice_tries_both_keeps_all_threads_unless_slower_or_waited() -> None:
     """Middle-size calls warm both ways up (untimed), then alternate one thread and all threads
-    for a few timed calls, keep all threads only if every such call took under MARGIN x the
-    median one-thread call, and re-try every EVERY calls."""
+    for a few timed calls, keep all threads unless their median call took over TIE x the
+    median one-thread call or one of them waited for a thread (over STALL x their median and
+    STALL_S above it), and re-try every EVERY calls."""
     c = fast._ThreadChoice()
     p, every, warm = c.PROBES, c.EVERY, c.WARM
+    assert c.TIE > 1 and c.STALL > 1 and c.STALL_S > 0
 
     def play(times, calls: int) -> list[bool]:
         """``times(parallel, i)``: the i-th call's seconds."""
@@ -234,17 +236,32 @@ def test_thread_choice_tries_both_keeps_the_faster_and_tries_again() -> None:
             c.record(par, times(par, i))
         return picks
 
+    def probed(picks: list[bool]) -> list[bool]:
+        assert picks[:2 * p] == [False, True] * p  # the probes alternate, one thread first
+        assert len(set(picks[2 * p:])) == 1  # then one choice until the next probes
+        return picks[2 * p]
+
+    ms = 1e-3
     # the warm-up pair is slow both ways and does not count; then all threads win
-    first = play(lambda par, i: 50.0 if i < warm else (1.0 if par else 2.0), warm + every)
-    assert first[:warm + 2 * p] == [False, True] * (1 + p) and all(first[warm + 2 * p:])
-    again = play(lambda par, i: 0.9 if par else 1.0, every)  # faster, but not by the margin
-    assert again[:2 * p] == [False, True] * p and not any(again[2 * p:])
+    first = play(lambda par, i: 50.0 if i < warm else (1.0 if par else 2.0) * ms, warm + every)
+    assert first[:warm] == [False, True] and probed(first[warm:])
+    # slower, but within the tie: all threads (they save the other threads' wake-ups)
+    assert probed(play(lambda par, i: (1.2 if par else 1.0) * ms, every))
+    assert not probed(play(lambda par, i: (1.3 if par else 1.0) * ms, every))  # beyond it
     # one lucky one-thread call (0.5) does not decide it: the median one-thread call does
-    lucky = play(lambda par, i: 0.7 if par else (0.5 if i == 2 else 1.0), every)
-    assert lucky[:2 * p] == [False, True] * p and all(lucky[2 * p:])
-    # quiet again, but one parallel call of the probes waited for a thread
-    wait = play(lambda par, i: (9.0 if i == 2 * p - 1 else 0.5) if par else 1.0, every)
-    assert wait[:2 * p] == [False, True] * p and not any(wait[2 * p:])
+    assert probed(play(lambda par, i: (1.0 if par else (0.5 if i == 2 else 0.9)) * ms, every))
+    # nor does one lucky parallel call (0.9): the median parallel call (1.5) is over the tie
+    assert not probed(play(lambda par, i: ((0.9 if i == 1 else 1.5) if par else 1.0) * ms,
+                           every))
+    # one parallel call of the probes waited for a thread (a scheduler tick): one thread
+    waited = play(lambda par, i: ((9.0 if i == 2 * p - 1 else 0.5) if par else 1.0) * ms, every)
+    assert not probed(waited)
+    # a slow parallel call that is no such wait (3x the median but 0.2 ms above it) is kept
+    assert probed(play(lambda par, i: ((0.3 if i == 2 * p - 1 else 0.1) if par else 0.2) * ms,
+                       every))
+    # three of four parallel calls waited alike: their median is over the tie
+    assert not probed(play(lambda par, i: ((0.5 if i == 1 else 9.0) if par else 1.0) * ms,
+                           every))
 
 
 def test_round_bf16_chooses_its_threads_per_size(monkeypatch) -> None:

@@ -155,18 +155,24 @@ class _ThreadChoice:
 
     The first two calls warm both ways up, untimed (a kind's first call pays for cold buffers
     and caches: at times thousands of times its later cost).  The next ``2 * PROBES`` calls
-    alternate the two, timed (wall clock, the kernel call alone); then all threads run only if
-    every one of their calls took under ``MARGIN`` x the median one-thread call (on a loaded
-    machine a parallel region now and then waits a scheduler tick for a thread, and a
-    one-thread call is the safe side; the median, because one lucky one-thread call must not
-    decide it); every ``EVERY`` calls both are tried again, so a machine that gets busy (or
-    quiet) is followed.  The result does not depend on the thread count (the kernels'
-    contract), so this only moves time."""
+    alternate the two, timed (wall clock, the kernel call alone); then all threads run unless
+    their median call took over ``TIE`` x the median one-thread call, or one of their calls
+    waited for a thread: over ``STALL`` x their median and ``STALL_S`` seconds above it (on a
+    loaded machine a parallel region now and then waits a scheduler tick for a thread, 4-40 ms
+    in RESULTS §7ba, and a one-thread call is the safe side).  Medians, because one lucky or
+    unlucky call must not decide it.  A tie goes to all threads: a call that keeps torch's
+    other threads busy saves their wake-up in the ops around it, so that on a quiet 2-thread
+    machine every call on all threads was 0.04-0.08 of the fp32 step faster than choosing each
+    kind by its own calls' time with a 0.8 margin, the rule before (RESULTS §7ba).  Every
+    ``EVERY`` calls both are tried again, so a machine that gets busy (or quiet) is followed.
+    The result does not depend on the thread count (the kernels' contract), so this only
+    moves time."""
 
     PROBES = 4  # timed calls of each kind
     WARM = 2  # untimed calls before the first probes (one each way)
     EVERY = 256  # calls between two rounds of probes
-    MARGIN = 0.8  # every all-threads probe must take under MARGIN x the median one-thread probe
+    TIE = 1.25  # all threads unless their median probe took over TIE x the one-thread median
+    STALL, STALL_S = 2.0, 5e-4  # a probe over STALL x the parallel median and STALL_S above it
 
     __slots__ = ("times", "calls", "parallel")
 
@@ -193,7 +199,9 @@ class _ThreadChoice:
         one, every = self.times
         # both lists are checked: two Python threads sharing this plan can interleave probes
         if k == 2 * self.PROBES - 1 and one and every:
-            self.parallel = max(every) < self.MARGIN * statistics.median(one)
+            mid = statistics.median(every)
+            waited = max(every) > max(self.STALL * mid, mid + self.STALL_S)
+            self.parallel = not waited and mid <= self.TIE * statistics.median(one)
 
     def threads(self, n: int) -> tuple[bool | None, bool]:
         """Set numba's thread count for a call of ``n`` elements (all of torch's threads from
