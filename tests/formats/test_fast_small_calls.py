@@ -236,7 +236,7 @@ def test_thread_choice_tries_both_keeps_all_threads_unless_slower_or_waited() ->
             c.record(par, times(par, i))
         return picks
 
-    def probed(picks: list[bool]) -> list[bool]:
+    def probed(picks: list[bool]) -> bool:
         assert picks[:2 * p] == [False, True] * p  # the probes alternate, one thread first
         assert len(set(picks[2 * p:])) == 1  # then one choice until the next probes
         return picks[2 * p]
