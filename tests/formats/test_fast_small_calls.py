@@ -259,6 +259,9 @@ def test_thread_choice_tries_both_keeps_all_threads_unless_slower_or_waited() ->
     # a slow parallel call that is no such wait (3x the median but 0.2 ms above it) is kept
     assert probed(play(lambda par, i: ((0.3 if i == 2 * p - 1 else 0.1) if par else 0.2) * ms,
                        every))
+    # nor is a long call 0.8 ms above its median but under twice it (2.8 against 2.0 ms)
+    assert probed(play(lambda par, i: ((2.8 if i == 2 * p - 1 else 2.0) if par else 2.0) * ms,
+                       every))
     # three of four parallel calls waited alike: their median is over the tie
     assert not probed(play(lambda par, i: ((0.5 if i == 1 else 9.0) if par else 1.0) * ms,
                            every))
