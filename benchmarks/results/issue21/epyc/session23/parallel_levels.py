@@ -11,13 +11,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from scipy import stats
-
-
-def interval(xs: list[float]) -> tuple[float, float, float]:
-    m = statistics.fmean(xs)
-    h = stats.t.ppf(0.975, len(xs) - 1) * statistics.stdev(xs) / len(xs) ** 0.5
-    return m, m - h, m + h
+from snip.compare.stats import t_interval
 
 
 def main() -> None:
@@ -41,10 +35,10 @@ def main() -> None:
                                                      r[f"{case} {p} adaptive"],
                                                      r[f"{case} fp32 0"], strict=True))
                  for r in runs]
-            m, lo, hi = interval(d)
+            m, lo, hi = t_interval(d)
             verdict = "faster" if hi < 0 else "slower" if lo > 0 else "unresolved"
-            cells = "  ".join(f"{s} {interval(v)[0]:.3f} [{interval(v)[1]:.3f}, "
-                              f"{interval(v)[2]:.3f}]" for s, v in ratio.items())
+            cells = "  ".join("{} {:.3f} [{:.3f}, {:.3f}]".format(s, *t_interval(v))
+                              for s, v in ratio.items())
             print(f"{case:16s} {p:11s} 2^14 - adaptive {m:+.3f} [{lo:+.3f}, {hi:+.3f}] "
                   f"{verdict:10s} | {cells} (bound {bound})")
 

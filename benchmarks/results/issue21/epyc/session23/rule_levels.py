@@ -11,7 +11,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from parallel_levels import interval  # (this folder: the script's own, on sys.path)
+from snip.compare.stats import t_interval
 
 
 def e_of(rounds: dict, case: str, preset: str) -> float:
@@ -33,10 +33,10 @@ def main() -> None:
         case, preset = k.rsplit(" ", 2)[0], k.rsplit(" ", 2)[1]
         ea = [e_of(r, case, preset) for r in load["after"]]
         eb = [e_of(r, case, preset) for r in load["before"]]
-        m, lo, hi = interval([a - b for a, b in zip(ea, eb, strict=True)])
+        m, lo, hi = t_interval([a - b for a, b in zip(ea, eb, strict=True)])
         verdict = "faster" if hi < 0 else "slower" if lo > 0 else "unresolved"
-        am, alo, ahi = interval(ea)
-        rm, rlo, rhi = interval([statistics.median(a / f for a, f in zip(
+        am, alo, ahi = t_interval(ea)
+        rm, rlo, rhi = t_interval([statistics.median(a / f for a, f in zip(
             r[k], r[f"{case} fp32 0"], strict=True)) for r in load["after"]])
         print(f"{case:16s} {preset:11s} after - before {m:+.3f} [{lo:+.3f}, {hi:+.3f}] "
               f"{verdict:10s} | e(after) {am:+.3f} [{alo:+.3f}, {ahi:+.3f}] | after's adaptive "
