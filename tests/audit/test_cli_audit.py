@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
-from snip.cli import main
+from snip.cli import build_parser, main
 
 
 def test_snip_audit_records_plots_and_masks(tmp_path, capsys):
@@ -53,7 +54,21 @@ def test_snip_audit_bad_trace_is_a_user_error(tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["audit", "--trace", str(tmp_path / "nope.npz"), "--out", str(out)]) == 2
     assert not out.exists()  # a bad input writes nothing
-    assert "does not exist" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "does not exist" in err
+    # the command it suggests for recording a trace takes only flags snip audit has
+    suggested = re.search(r"`snip audit ([^`]*)`", err).group(1)
+    assert "--out" in suggested
+    build_parser(["audit"]).parse_args(["audit", *suggested.split()])
+
+
+def test_snip_audit_unknown_format_writes_nothing(tmp_path, capsys):
+    out = tmp_path / "out"
+    argv = ["audit", "--out", str(out), "--train.steps", "2", "--formats", "E4M3", "e9m9x"]
+    assert main(argv) == 2
+    assert not out.exists()  # refused before the reference run starts
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unknown element format 'e9m9x'" in err[0]
 
 
 @pytest.mark.parametrize("name", ["sub/mask.json", "/tmp/mask.json", "..", "./m.json"])

@@ -34,6 +34,7 @@ from snip.formats import get_element
 from snip.optim.mask import DEFAULT_TILE_SIZE, num_tiles, tile_means
 
 TRACE_VERSION = 1
+_RECORD_ONE = "record one with `snip audit --out DIR` (it writes DIR/trace.npz)"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,15 +99,14 @@ class ReferenceTrace:
     def load(cls, path: str | Path) -> ReferenceTrace:
         path = Path(path)
         if not path.is_file():
-            raise MissingFileError(f"trace file {str(path)!r} does not exist; record one with "
-                                   f"`snip audit --steps N --trace-out FILE`")
+            raise MissingFileError(f"trace file {str(path)!r} does not exist; {_RECORD_ONE}")
         try:
             with np.load(path) as z:
                 data = {k: z[k] for k in z.files}
         except (EOFError, OSError, ValueError, AttributeError, zipfile.BadZipFile) as e:
             raise UserError(f"{str(path)!r} is not a snip reference trace ("
                             f"{'empty file' if isinstance(e, EOFError) else type(e).__name__}); "
-                            "record one with `snip audit --steps N --trace-out FILE`") from None
+                            f"{_RECORD_ONE}") from None
         if "meta" not in data:
             raise UserError(f"{str(path)!r} is not a snip reference trace (no meta)")
         meta = json.loads(bytes(data.pop("meta")).decode())

@@ -258,13 +258,17 @@ def _mask_name(value: str | None) -> str | None:
 
 def run(args: argparse.Namespace) -> int:
     from snip.audit import ReferenceTrace
+    from snip.formats import get_element
 
     mask_name = _mask_name(args.mask_out)  # a bad name: nothing written
-    rec_kw = {"formats": args.formats, "tile_size": args.tile_size,
+    # an unknown format: nothing written (the recorder would refuse it after the reference
+    # run had started); names as the runs will be called (``E4M3`` -> ``measured_e4m3``)
+    fmts = [get_element(f).name for f in args.formats]
+    rec_kw = {"formats": fmts, "tile_size": args.tile_size,
               "score_steps": args.score_steps, "every": args.every, "tiles": args.tiles}
     trace = ReferenceTrace.load(args.trace) if args.trace else None  # bad file: nothing written
     out = Path(args.out)
-    formats = trace.formats if trace is not None else args.formats
+    formats = trace.formats if trace is not None else fmts
     _check_run_dirs(out, [*([] if trace else [_run_name(None)]),
                           *([] if args.no_measure else [_run_name(f) for f in formats])])
     out.mkdir(parents=True, exist_ok=True)
