@@ -1,7 +1,8 @@
 """``snip audit``: record (or read) an fp32 reference trace and audit low-precision write-back.
 
-1. Reference: train ``--model`` in fp32 for ``--steps`` steps on the built-in byte corpus (AdamW
-   + cosine), recording the trace (:class:`snip.audit.ReferenceTrace`), or read ``--trace FILE``.
+1. Reference: train ``--model.name`` in fp32 for ``--train.steps`` steps on the built-in byte
+   corpus (AdamW + cosine), recording the trace (:class:`snip.audit.ReferenceTrace`), or read
+   ``--trace FILE``.
 2. Measured (unless ``--no-measure``): re-run the same init and data order with the weights
    stored on each ``--formats`` grid under direct write-back (``--policy``, default ``rne``),
    recording the exact invisible-update event.
@@ -34,8 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--out", default="runs/audit", help="output directory")
     a("--run", metavar="RUN_OR_CHECKPOINT",
       help="audit with a run's own settings (model, data, optimizer, schedule, precision, seed; "
-           "--model/--batch/--seq-len/--lr/--weight-decay/--seed are then ignored): from scratch "
-           "for a run directory, or continuing from a checkpoint of it")
+           "--model.name, --train.batch_size, --train.seq_len, --train.lr, "
+           "--train.weight_decay and --seed are then ignored): from scratch for a run directory, "
+           "or continuing from a checkpoint of it")
     a("--model", default="tiny", help="snip.models size to train (tiny, small)")
     a("--steps", type=int, default=None,
       help="training steps of the reference (and measured) run (default: 200; with --run, the "

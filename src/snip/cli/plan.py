@@ -1,6 +1,6 @@
 """``snip plan``: a precision plan from a saved checkpoint or a measured sensitivity table.
 
-    snip plan --checkpoint runs/NAME --budget 0.75 --out plan.json --save-table sens.json
+    snip plan --checkpoint runs/NAME --precision.budget 0.75 --out plan.json --save-table sens.json
     snip plan --table sens.json --precision.method layer_type --out layer_type.json
     snip plan --table sens.json --relative-time 0.4 --profile blackwell --precision.per_gemm
 
@@ -36,11 +36,12 @@ METHOD_HELP = {
     "layer_id": "first/last blocks kept high, middle blocks low first",
     "layer_type": "MLP gate/up low first, then q/k, v, o; MLP down last",
     "min_rel_err": "lowest relative quantization error low first",
-    "random": "a fixed random order per --seed",
+    "random": "a fixed random order per --precision.plan_seed",
     "oracle": "knapsack on measured single-unit damage (needs --damage)",
     "layer_id_rev": "layer_id with mirrored ties (last block low first)",
     "layer_type_rev": "layer_type with mirrored ties (last block low first)",
-    "random_top": "SNIP's most sensitive unit kept high, the rest in the random order of --seed",
+    "random_top": "SNIP's most sensitive unit kept high, the rest in the random order of "
+                  "--precision.plan_seed",
 }
 
 
@@ -101,7 +102,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "baseline's draw (one fixed plan per seed)")
     parser.add_argument("--damage", type=Path, default=None,
                         help="measured single-unit damage JSON (snip.planner.Damage.to_dict) "
-                             "for --method oracle")
+                             "for --precision.method oracle")
     parser.add_argument("--out", type=Path, default=Path("plan.json"), help="plan JSON path")
 
 
@@ -173,7 +174,7 @@ def warnings_for(table, budget, sol, per_gemm: bool, candidates) -> list[str]:
     problem = build_problem(table, budget, candidates=candidates, per_gemm=per_gemm)
     for c, why in never_chosen(problem).items():
         out.append(f"candidate {c} can never be chosen for this table and budget ({why}); "
-                   f"drop it from --candidates or check its throughput profile")
+                   f"drop it from --precision.candidates or check its throughput profile")
     got = sol.achieved.fp4_flop_fraction
     if sol.method is Method.UNIFORM and budget.fp4_fraction is not None and \
             got > budget.fp4_fraction + 1e-9:
@@ -215,8 +216,8 @@ def run(args: argparse.Namespace) -> int:
             raise MissingFileError(f"--damage {args.damage} does not exist")
         damage = Damage.from_dict(json.loads(args.damage.read_text()))
     elif args.method == "oracle":
-        raise UserError("--method oracle needs --damage DAMAGE.json (measured single-unit "
-                         "damage, snip.planner.measure_damage)")
+        raise UserError("--precision.method oracle needs --damage DAMAGE.json (measured "
+                        "single-unit damage, snip.planner.measure_damage)")
     source: dict = {}
     if args.checkpoint is not None:
         cands = tuple(args.candidates or DEFAULT_CANDIDATES)
