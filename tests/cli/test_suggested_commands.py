@@ -37,10 +37,10 @@ def test_suggested_commands_name_current_flags() -> None:
                 flags = {o for a in commands[m.group(1)]._actions for o in a.option_strings}
                 for tok in m.group(2).split():
                     flag = tok.split("=")[0].rstrip(".,;:)]")
-                    if not tok.startswith("--") or tok.endswith(("*", ".")) or "/" in flag:
+                    if not tok.startswith("--") or tok.endswith("*") or "/" in flag:
                         continue  # a value, a pattern (--writeback.*) or a list of spellings
                     seen += 1
                     if flag not in flags:
                         bad.append(f"{path.relative_to(ROOT)}: {flag} in {m.group(0).strip()}")
-    assert seen > 50, seen  # the scan finds the suggestions at all
+    assert seen > 100, seen  # the scan finds the suggestions at all (153 when written)
     assert not bad, "\n".join(bad)
