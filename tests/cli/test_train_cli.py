@@ -1,4 +1,5 @@
-"""`snip train` / `snip report` on the command line: help, and one-line errors (exit 2)."""
+"""`snip train` / `snip report` on the command line: help, and one-line errors (exit 2), for an
+unknown option of every command too."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from snip.cli import main
+from snip.cli import commands, main
 from snip.train.config import leaves
 
 TINY = ["--model.name", "tiny", "--train.steps", "4", "--train.batch_size", "2",
@@ -55,9 +56,37 @@ def test_bad_input_is_one_line_and_exit_2(argv: list[str], match: str, tmp_path:
     assert not any(tmp_path.iterdir())  # nothing was created
 
 
-def test_other_commands_keep_argparse_for_unknown_options(capsys: pytest.CaptureFixture) -> None:
+@pytest.mark.parametrize("command", sorted(commands()))
+def test_every_command_answers_an_unknown_option_in_one_line(
+        command: str, tmp_path: Path, capsys: pytest.CaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # (nothing may be written: checked below)
+    required = ["--out", "o"] if command == "export" else []  # (else argparse asks for it)
+    assert main([command, *required, "--no-such-option", "3"]) == 2
+    assert _err(capsys) == (f"snip {command}: error: unknown option --no-such-option; "
+                            f"see snip {command} --help")
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["plan", "--budgt", "0.5"], "unknown option --budgt; did you mean --precision.budget?"),
+    (["plan", "--budge", "0.5"], "did you mean --precision.budget?"),  # not the old --budget
+    (["formats", "--jsn"], "unknown option --jsn; did you mean --json?"),
+    (["eval", "r", "--presicion.preset", "x"], "did you mean --precision.preset?"),
+    (["train", "--init_from", "x"], "did you mean --init-from?"),
+    (["train", "--lr", "3"], "did you mean --train.lr?"),
+    (["formats", "extra", "--x"], "unexpected argument 'extra'; see snip formats --help"),
+    (["sample", "r", "--tokens", "5", "20"], "unexpected argument '20'"),
+])
+def test_unknown_argument_names_the_closest_option(argv: list[str], match: str,
+                                                   capsys: pytest.CaptureFixture) -> None:
+    assert main(argv) == 2
+    assert match in _err(capsys)
+
+
+def test_unknown_option_without_a_command_keeps_argparse(capsys: pytest.CaptureFixture) -> None:
     with pytest.raises(SystemExit) as e:
-        main(["report", "runs/x", "--bogus"])
+        main(["--bogus"])
     assert e.value.code == 2 and "unrecognized arguments: --bogus" in capsys.readouterr().err
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import difflib
 import importlib
 import os
 import pkgutil
@@ -150,10 +151,25 @@ def deprecations(command: str, argv: Sequence[str]) -> list[str]:
             "in the next release)" for old in used]
 
 
-# A command whose parser has this default (a list) receives the options argparse does not know,
-# instead of argparse's usage dump, and answers them itself (snip train: one line naming the
-# closest valid option).
-UNKNOWN_OPTIONS = "unknown_options"
+def unknown_argument(parser: argparse.ArgumentParser, command: str,
+                     extras: Sequence[str]) -> str:
+    """The one line that answers the arguments ``command``'s parser does not know (``extras``,
+    in command-line order), about the first: an unknown option with the closest valid one
+    (``--trian.steps``: did you mean ``--train.steps``?), or an argument the command has no
+    place for.  Older spellings (:data:`DOTTED`) are never suggested."""
+    see = f"see snip {command} --help"
+    if not extras[0].startswith("-"):
+        return f"unexpected argument {extras[0]!r}; {see}"
+    bad = extras[0].split("=", 1)[0]
+    # each valid option by its name and by its last dotted part (--budgt: --precision.budget),
+    # without dashes (with them, any short option is "close": --bogus to --out)
+    names: dict[str, str] = {}
+    for o in parser._option_string_actions:
+        if o not in DOTTED.get(command, {}):
+            names.setdefault(o.lstrip("-"), o)
+            names.setdefault(o.rsplit(".", 1)[-1].lstrip("-"), o)
+    close = difflib.get_close_matches(bad.lstrip("-"), names, n=1, cutoff=0.6)
+    return f"unknown option {bad}; " + (f"did you mean {names[close[0]]}?" if close else see)
 
 
 def build_parser(load: Sequence[str] | None = None) -> argparse.ArgumentParser:
@@ -182,7 +198,7 @@ def build_parser(load: Sequence[str] | None = None) -> argparse.ArgumentParser:
             mod = cmd.load()
             mod.add_arguments(p)
             _dotted_names(p, name)
-            p.set_defaults(_run=mod.run)
+            p.set_defaults(_run=mod.run, _parser=p)
     return parser
 
 
@@ -198,12 +214,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(load=_requested(argv))
     args, extras = parser.parse_known_args(argv)
-    if extras:  # argparse's usage dump, unless the command answers them itself (one line)
-        if not hasattr(args, UNKNOWN_OPTIONS):
-            parser.error(f"unrecognized arguments: {' '.join(extras)}")
-        setattr(args, UNKNOWN_OPTIONS, extras)
     if not getattr(args, "_run", None):
+        if extras:
+            parser.error(f"unrecognized arguments: {' '.join(extras)}")
         parser.print_help()
+        return 2
+    if extras:  # one line, nothing run (argparse would dump the top-level usage)
+        line = unknown_argument(args._parser, args.command, extras)
+        print(f"snip {args.command}: error: {line}", file=sys.stderr)
         return 2
     for line in deprecations(args.command, argv):
         print(line, file=sys.stderr)

@@ -19,10 +19,8 @@ the same keys and the flags win. The run ends with ``snip report`` on its direct
 from __future__ import annotations
 
 import argparse
-import difflib
 import sys
 
-from snip.cli import UNKNOWN_OPTIONS
 from snip.errors import UserError
 
 COMMAND = "train"
@@ -43,7 +41,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="start a new run from the weights of a Hugging Face Llama/Mistral "
                              "model directory (save_pretrained output); the model is its shape")
     add_config_options(parser)
-    parser.set_defaults(**{UNKNOWN_OPTIONS: []})  # snip.cli.main hands them over
 
 
 def add_config_options(parser: argparse.ArgumentParser, sections: tuple[str, ...] = (),
@@ -87,22 +84,9 @@ def config_overrides(args: argparse.Namespace) -> dict[str, object]:
     return {k[len(_PREFIX):]: v for k, v in vars(args).items() if k.startswith(_PREFIX)}
 
 
-def _unknown_option_error(options: list[str]) -> UserError:
-    from snip.train.config import leaf_map
-
-    bad = next((o for o in options if o.startswith("-")), options[0]).split("=")[0]
-    valid = ["--config", "--resume", "--init-from", "--init-from-hf",
-             *(f"--{k}" for k in leaf_map())]
-    close = difflib.get_close_matches(bad, valid, n=1, cutoff=0.5)
-    hint = f"; did you mean {close[0]}?" if close else "; see snip train --help"
-    return UserError(f"unknown option {bad}{hint}")
-
-
 def run(args: argparse.Namespace) -> int:
     from snip.train import NonFiniteError, from_sources, train
 
-    if getattr(args, UNKNOWN_OPTIONS, None):
-        raise _unknown_option_error(getattr(args, UNKNOWN_OPTIONS))
     overrides, hooks = config_overrides(args), []
     if getattr(args, "init_from_hf", None):
         if args.resume or args.init_from:
