@@ -87,6 +87,9 @@ def test_stop_on_the_last_step_finishes_and_resume_says_so(
     assert "val loss" in capsys.readouterr().out
     assert main(["train", "--resume", str(run)]) == 2
     assert "already at step 12" in _one_line(capsys)
+    # a change --resume refuses is named first: more steps would not make it allowed
+    assert main(["train", "--resume", str(run), "--train.lr", "0.5"]) == 2
+    assert "--resume cannot change train.lr" in _one_line(capsys)
     assert main(["train", "--resume", str(run), "--train.steps", "8"]) == 2
     assert "below the step of checkpoint" in _one_line(capsys)
     assert main(["train", "--init-from", str(run), "--run.name", "b"]) == 2

@@ -268,9 +268,11 @@ class Trainer:
         model_cfg = model_config(cfg, self.data)
         if ckpt is not None:
             check_compatible(ckpt, model_cfg.to_dict(), self.data.tokenizer, flag)
-            if resume is not None:  # (a Trainer branched only to inspect the state is fine)
-                check_steps_left(ckpt.path, ckpt.step, t.steps, flag)
+        # a change --resume refuses is named before "nothing to train" (more steps would not
+        # make it allowed)
         history = settings_history(cfg, saved, ckpt) if resume is not None else []
+        if resume is not None:  # (a Trainer branched only to inspect the state is fine)
+            check_steps_left(ckpt.path, ckpt.step, t.steps, flag)
         layout.check_fits(cfg, model_cfg, self.device, self.dist)  # before the model is built
 
         torch.manual_seed(cfg.seed)  # identical init on every rank
