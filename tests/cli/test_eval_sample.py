@@ -56,6 +56,10 @@ def test_eval_on_another_corpus_and_bad_input(run, tmp_path: Path,
     assert "missing" in capsys.readouterr().err
     assert main(["eval", str(path), "--precision.preset", "fp5"]) == 2
     assert "fp5" in capsys.readouterr().err
+    # a run's checkpoints directory: the run and its newest checkpoint are named
+    assert main(["eval", str(path / "checkpoints")]) == 2
+    err = capsys.readouterr().err
+    assert f"pass its run directory {path} " in err and "step_000012" in err
 
 
 def test_sample_is_reproducible_and_greedy_is_deterministic(run,

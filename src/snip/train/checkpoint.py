@@ -500,6 +500,11 @@ def find(path: Path, flag: str = "--resume") -> Path:
     recover(path / "checkpoints")
     found = list_checkpoints(path / "checkpoints")
     if not found:
+        inner = list_checkpoints(path)
+        if inner:  # a run's checkpoints directory itself
+            raise MissingFileError(f"{flag}: {path} is a directory of checkpoints; pass its "
+                                   f"run directory {path.parent} (the newest checkpoint) or "
+                                   f"one checkpoint, e.g. {inner[-1]}")
         raise MissingFileError(f"{flag}: {path} has no checkpoints (expected "
                                f"{path / 'checkpoints'}/{PREFIX}<N>)")
     return found[-1]
