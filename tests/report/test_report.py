@@ -62,6 +62,24 @@ def test_comparison_needs_out_and_overlays(tmp_path: Path) -> None:
         load_run(tmp_path / "missing")
 
 
+def test_report_never_writes_over_another_run_or_sweep(tmp_path: Path) -> None:
+    a, b = _fake_run(tmp_path, "a", 5), _fake_run(tmp_path, "b", 15)
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / "sweep.json").write_text("{}")
+    before = {p: p.read_bytes() for d in (b, sweep) for p in d.rglob("*") if p.is_file()}
+    for runs, out, what in (([a], b, "a run"), ([a, b], b, "a run"),
+                            ([a], sweep, "a snip compare sweep")):
+        with pytest.raises(ValueError, match=f"holds {what}"):
+            write_report(runs, out=out)
+    after = {p: p.read_bytes() for d in (b, sweep) for p in d.rglob("*") if p.is_file()}
+    assert after == before  # nothing written there
+    # its own directory, however spelled, and a directory of earlier overlays are fine
+    assert write_report([a], out=tmp_path / "." / "a").parent == tmp_path / "a"
+    write_report([a, b], out=tmp_path / "cmp")
+    write_report([a, b], out=tmp_path / "cmp")
+
+
 # --- reports that decide ---------------------------------------------------------------------
 
 GEMM3 = ("fprop", "dgrad", "wgrad")

@@ -43,6 +43,7 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path | None = None, 
             raise UserError("comparing several runs needs --out DIR")
         out = runs[0].path
     out = Path(out)
+    _check_out(out, runs)
     labels = {r.name: precision_label(r) for r in runs}
     base = pick_baseline(runs, baseline, labels)
     groups = group_repeats(runs)
@@ -56,6 +57,17 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path | None = None, 
     (path.parent / "report.html.tmp").unlink(missing_ok=True)  # left by older versions
     atomic.write_text(path, page(runs, parts))
     return path
+
+
+def _check_out(out: Path, runs: Sequence[RunData]) -> None:
+    """``out`` may be the one run's own directory, or any directory that holds no other run or
+    `snip compare` sweep: their report.html and plots are theirs (refused before any write)."""
+    if len(runs) == 1 and out.resolve() == Path(runs[0].path).resolve():
+        return
+    for marker, what in (("metrics.jsonl", "a run"), ("sweep.json", "a snip compare sweep")):
+        if (out / marker).is_file():
+            raise UserError(f"--out {out} holds {what} ({marker}): this report would replace "
+                            "its report.html and plots; choose another --out")
 
 
 __all__ = ["RunData", "Section", "config_diff", "group_repeats", "load_run", "pick_baseline",
