@@ -62,14 +62,17 @@ def test_comparison_needs_out_and_overlays(tmp_path: Path) -> None:
         load_run(tmp_path / "missing")
 
 
-def test_report_never_writes_over_another_run_or_sweep(tmp_path: Path) -> None:
+def test_report_never_writes_into_another_run_sweep_or_checkpoint(tmp_path: Path) -> None:
     a, b = _fake_run(tmp_path, "a", 5), _fake_run(tmp_path, "b", 15)
     sweep = tmp_path / "sweep"
     sweep.mkdir()
     (sweep / "sweep.json").write_text("{}")
     before = {p: p.read_bytes() for d in (b, sweep) for p in d.rglob("*") if p.is_file()}
+    ckpt = b / "checkpoints" / "step_000020"
+    ckpt.mkdir(parents=True)
+    (ckpt / "meta.json").write_text("{}")
     for runs, out, what in (([a], b, "a run"), ([a, b], b, "a run"),
-                            ([a], sweep, "a snip compare sweep")):
+                            ([a], sweep, "a snip compare sweep"), ([a], ckpt, "a checkpoint")):
         with pytest.raises(ValueError, match=f"holds {what}"):
             write_report(runs, out=out)
     after = {p: p.read_bytes() for d in (b, sweep) for p in d.rglob("*") if p.is_file()}

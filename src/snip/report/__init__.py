@@ -60,11 +60,13 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path | None = None, 
 
 
 def _check_out(out: Path, runs: Sequence[RunData]) -> None:
-    """``out`` may be the one run's own directory, or any directory that holds no other run or
-    `snip compare` sweep: their report.html and plots are theirs (refused before any write)."""
+    """``out`` may be the one run's own directory, or any directory that holds no other run,
+    `snip compare` sweep or checkpoint: report.html and plots there are theirs, or would be
+    deleted with a rotated checkpoint (refused before any write)."""
     if len(runs) == 1 and out.resolve() == Path(runs[0].path).resolve():
         return
-    for marker, what in (("metrics.jsonl", "a run"), ("sweep.json", "a snip compare sweep")):
+    for marker, what in (("metrics.jsonl", "a run"), ("sweep.json", "a snip compare sweep"),
+                         ("meta.json", "a checkpoint")):
         if (out / marker).is_file():
             raise UserError(f"--out {out} holds {what} ({marker}): this report would replace "
                             "its report.html and plots; choose another --out")
