@@ -67,10 +67,10 @@ def test_report_never_writes_into_another_run_sweep_or_checkpoint(tmp_path: Path
     sweep = tmp_path / "sweep"
     sweep.mkdir()
     (sweep / "sweep.json").write_text("{}")
-    before = {p: p.read_bytes() for d in (b, sweep) for p in d.rglob("*") if p.is_file()}
     ckpt = b / "checkpoints" / "step_000020"
     ckpt.mkdir(parents=True)
     (ckpt / "meta.json").write_text("{}")
+    before = {p: p.read_bytes() for d in (b, sweep) for p in d.rglob("*") if p.is_file()}
     for runs, out, what in (([a], b, "a run"), ([a, b], b, "a run"),
                             ([a], sweep, "a snip compare sweep"), ([a], ckpt, "a checkpoint")):
         with pytest.raises(ValueError, match=f"holds {what}"):
