@@ -92,3 +92,34 @@ def test_help_lists_methods_and_profiles(capsys) -> None:
     text = " ".join(capsys.readouterr().out.split())
     for word in ("blackwell_ultra", "hopper", "layer_type:", "oracle:", "random baseline's draw"):
         assert word in text
+
+
+def test_outputs_never_land_in_a_run_or_on_an_input(table_file, tmp_path, capsys) -> None:
+    """A plan or table written over a run's ``config.toml`` or ``metrics.jsonl`` lost the run;
+    one written over its own ``--table`` lost the measurement.  Refused before any work."""
+    run = tmp_path / "run"
+    ckpt = run / "checkpoints" / "step_000004"
+    ckpt.mkdir(parents=True)
+    (run / "config.toml").write_text("seed = 1\n")
+    (run / "metrics.jsonl").write_text("{}\n")
+    (ckpt / "meta.json").write_text("{}")
+    sweep = tmp_path / "cmp"
+    sweep.mkdir()
+    (sweep / "sweep.json").write_text("{}")
+    snapshot = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    table, other = ["--table", str(table_file)], str(tmp_path / "p.json")
+    for argv, msg in [
+        ([*table, "--out", str(run / "config.toml")], f"--out {run}/config.toml lies inside "
+                                                      f"the run {run}"),
+        ([*table, "--out", other, "--save-table", str(run / "metrics.jsonl")], "inside the run"),
+        ([*table, "--out", str(ckpt / "p.json")], f"inside the checkpoint {ckpt}"),
+        ([*table, "--out", str(sweep / "p.json")], "inside the snip compare sweep"),
+        (["--checkpoint", str(run), "--table", str(run / "t.json"), "--out", other],
+         "--table"),  # with --checkpoint, --table is where the measured table goes
+        ([*table, "--out", str(table_file)], "is also --table"),
+        ([*table, "--out", other, "--save-table", other], "--save-table"),
+        ([*table, "--method", "oracle", "--damage", other, "--out", other], "is also --damage"),
+    ]:
+        assert main(["plan", *argv]) == 2, argv
+        assert msg in capsys.readouterr().err, argv
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == snapshot

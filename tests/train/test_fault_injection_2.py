@@ -188,9 +188,14 @@ def test_export_refuses_its_own_source(run6: Path, tmp_path: Path,
     before = _snapshot(run6)
     ckpt = run6 / "checkpoints" / "step_000006"
     (tmp_path / "a_file").write_text("x")
-    for out in (ckpt, ckpt / "sub", run6, run6 / "hf", run6.parent, tmp_path / "a_file"):
+    sweep = tmp_path / "cmp"  # another command's output: a snip compare sweep
+    sweep.mkdir()
+    (sweep / "sweep.json").write_text("{}")
+    for out in (ckpt, ckpt / "sub", run6, run6 / "hf", run6.parent, tmp_path / "a_file",
+                sweep / "hf"):
         assert main(["export", str(run6), "--out", str(out)]) == 2, out
         _one_line(capsys)
+    assert not (sweep / "hf").exists()
     assert _snapshot(run6) == before
 
 

@@ -27,6 +27,7 @@ import os
 from pathlib import Path
 
 from snip import atomic
+from snip.cli import owner
 from snip.errors import UserError
 
 COMMAND = "export"
@@ -102,11 +103,10 @@ def check_out(out: Path, source: Path) -> None:
             what = "checkpoint" if protected == source else "run directory"
             raise UserError(f"--out {out} would overwrite the {what} {protected} it exports; "
                             "choose an --out outside it")
-    for parent in (target, *target.parents):  # inside some other run or checkpoint
-        if (parent / "meta.json").is_file() or ((parent / "checkpoints").is_dir()
-                                                 and (parent / "config.toml").is_file()):
-            raise UserError(f"--out {out} lies inside the run or checkpoint {parent}; choose "
-                            "an --out outside it")
+    inside = owner(out)  # inside some other run, checkpoint or sweep
+    if inside is not None:
+        raise UserError(f"--out {out} lies inside the {inside[1]} {inside[0]}; choose an --out "
+                        "outside it")
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is a file; give a directory to write the model into")
     if out.is_dir() and any(out.iterdir()) and not (out / EXPORT_FILE).is_file():

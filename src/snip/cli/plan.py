@@ -21,6 +21,7 @@ exceeds the budget (``uniform``; granularity), and when a candidate can never be
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -192,6 +193,30 @@ def warnings_for(table, budget, sol, per_gemm: bool, candidates) -> list[str]:
     return out
 
 
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Every file the command writes (the plan; the measured table) lies outside runs,
+    checkpoints and sweeps (:func:`snip.cli.owner`), and none is a file it reads or another
+    output: ``--out sens.json --table sens.json`` would replace the table with the plan."""
+    from snip.cli import owner
+
+    writes = [("--out", args.out), ("--save-table", args.save_table)]
+    reads = [("--damage", args.damage)]
+    # with --checkpoint, --table names where the measured table goes
+    (writes if args.checkpoint is not None else reads).append(("--table", args.table))
+    taken = {os.path.realpath(p): f for f, p in reads if p is not None}
+    for flag, path in writes:
+        if path is None:
+            continue
+        inside = owner(path)
+        if inside is not None:
+            raise UserError(f"{flag} {path} lies inside the {inside[1]} {inside[0]}; write it "
+                            "outside")
+        real = os.path.realpath(path)
+        if real in taken:
+            raise UserError(f"{flag} {path} is also {taken[real]}; give each its own file")
+        taken[real] = flag
+
+
 def run(args: argparse.Namespace) -> int:
     import json
 
@@ -205,6 +230,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--precision.calib_rows={args.calib_rows} must be >= 0 (0: all)")
     if args.out.is_dir():  # before the measurement, not after
         raise UserError(f"--out {args.out} is a directory; name the plan file to write")
+    _check_outputs(args)
     if args.checkpoint is None and args.table is None:
         raise UserError("give --checkpoint (measure a sensitivity table) or --table (reuse "
                          "one measured earlier)")
