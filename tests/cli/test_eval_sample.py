@@ -56,6 +56,13 @@ def test_eval_on_another_corpus_and_bad_input(run, tmp_path: Path,
     assert "missing" in capsys.readouterr().err
     assert main(["eval", str(path), "--precision.preset", "fp5"]) == 2
     assert "fp5" in capsys.readouterr().err
+    # --json never lands in a run (over its metrics.jsonl) or checkpoint
+    metrics = (path / "metrics.jsonl").read_bytes()
+    for inside in (path / "metrics.jsonl", path / "checkpoints" / "step_000012" / "e.json"):
+        assert main(["eval", str(path), "--json", str(inside)]) == 2
+        assert "lies inside the" in capsys.readouterr().err
+    assert (path / "metrics.jsonl").read_bytes() == metrics
+    assert not (path / "checkpoints" / "step_000012" / "e.json").exists()
     # a run's checkpoints directory: the run and its newest checkpoint are named
     assert main(["eval", str(path / "checkpoints")]) == 2
     err = capsys.readouterr().err
