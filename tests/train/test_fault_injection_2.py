@@ -183,8 +183,8 @@ def test_a_fresh_run_refuses_a_non_empty_directory(tiny: dict,
 # -- 4 and 8. export: never over its source, whole or not at all ---------------------------------
 
 
-def test_export_refuses_its_own_source(run6: Path, tmp_path: Path,
-                                       capsys: pytest.CaptureFixture) -> None:
+def test_export_and_compare_refuse_runs_and_sweeps(run6: Path, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture) -> None:
     before = _snapshot(run6)
     ckpt = run6 / "checkpoints" / "step_000006"
     (tmp_path / "a_file").write_text("x")
@@ -196,6 +196,12 @@ def test_export_refuses_its_own_source(run6: Path, tmp_path: Path,
         assert main(["export", str(run6), "--out", str(out)]) == 2, out
         _one_line(capsys)
     assert not (sweep / "hf").exists()
+    # snip compare: a sweep never goes into (or over) a run or checkpoint, or another sweep
+    argv = ["compare", "--base", str(run6), "--arm", "bf16", "--steps", "1"]
+    for out in (run6, ckpt / "cmp", sweep / "runs" / "x"):
+        assert main([*argv, "--out", str(out)]) == 2, out
+        assert "is or lies inside the" in _one_line(capsys)
+    assert not (sweep / "runs").exists()
     assert _snapshot(run6) == before
 
 

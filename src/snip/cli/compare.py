@@ -59,6 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from snip.cli import owner
     from snip.compare import Sweep, load_sweep, parse_arms, run_sweep
     from snip.compare.sweep import Outcome
     from snip.errors import UserError
@@ -72,6 +73,11 @@ def run(args: argparse.Namespace) -> int:
                             "and --arm")
         sweep = load_sweep(Path(existing), args.threads)
     else:
+        inside = owner(Path(args.out))  # its own sweep (a rerun) is fine; a run's is not
+        if inside is not None and inside != (Path(os.path.realpath(args.out)),
+                                             "snip compare sweep"):
+            raise UserError(f"--out {args.out} is or lies inside the {inside[1]} {inside[0]}; "
+                            "choose an --out outside it")
         # bases by absolute path: the sweep can be resumed from any working directory
         sweep = Sweep(bases=tuple(os.path.abspath(b) for b in args.base),
                       arms=tuple(parse_arms(args.arm)), steps=args.steps,

@@ -105,8 +105,8 @@ def check_out(out: Path, source: Path) -> None:
                             "choose an --out outside it")
     inside = owner(out)  # inside some other run, checkpoint or sweep
     if inside is not None:
-        raise UserError(f"--out {out} lies inside the {inside[1]} {inside[0]}; choose an --out "
-                        "outside it")
+        raise UserError(f"--out {out} is or lies inside the {inside[1]} {inside[0]}; choose an "
+                        "--out outside it")
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is a file; give a directory to write the model into")
     if out.is_dir() and any(out.iterdir()) and not (out / EXPORT_FILE).is_file():
