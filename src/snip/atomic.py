@@ -12,6 +12,9 @@ On an error the temporary is removed, and a full disk, a read-only file system o
 permission becomes a one-line `UserError` naming the file. A temporary left by a killed writer
 (its PID is gone) is found and removed by the next write of the same target (`clean_stale`).
 
+Where an output may go is checked here too: never into a run, a checkpoint or a `snip compare`
+sweep that the output is not (`owner`), since their files are snip's own.
+
 This module sits below everything else (it imports only `snip.errors`), so the sensitivity
 tables, plans, reports, exports and compare summaries all share it.
 """
@@ -28,6 +31,23 @@ from pathlib import Path
 from snip.errors import UserError
 
 TMP = ".tmp-"  # the temporary of NAME is .NAME.tmp-<pid>
+
+
+def owner(path: str | Path) -> tuple[Path, str] | None:
+    """The run directory, checkpoint or `snip compare` sweep that ``path`` is or lies inside
+    (its real path), and which of them it is (``"run"``, ``"checkpoint"``, ``"snip compare
+    sweep"``); ``None`` for neither.  Commands refuse to write an output the user named there
+    unless it is that thing's own (a plan written over a run's ``config.toml`` lost the run)."""
+    target = Path(os.path.realpath(path))
+    for parent in (target, *target.parents):
+        if (parent / "meta.json").is_file():
+            return parent, "checkpoint"
+        if (parent / "sweep.json").is_file():
+            return parent, "snip compare sweep"
+        if (parent / "metrics.jsonl").is_file() or (
+                (parent / "checkpoints").is_dir() and (parent / "config.toml").is_file()):
+            return parent, "run"
+    return None
 
 
 def pid_alive(pid: int) -> bool:

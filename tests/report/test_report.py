@@ -71,12 +71,13 @@ def test_report_never_writes_into_another_run_sweep_or_checkpoint(tmp_path: Path
     ckpt.mkdir(parents=True)
     (ckpt / "meta.json").write_text("{}")
     before = {p: p.read_bytes() for d in (b, sweep) for p in d.rglob("*") if p.is_file()}
-    for runs, out, what in (([a], b, "a run"), ([a, b], b, "a run"),
-                            ([a], sweep, "a snip compare sweep"), ([a], ckpt, "a checkpoint")):
-        with pytest.raises(ValueError, match=f"holds {what}"):
+    for runs, out, what in (([a], b, "run"), ([a, b], b, "run"), ([a], b / "sub", "run"),
+                            ([a], sweep, "snip compare sweep"), ([a], ckpt, "checkpoint")):
+        with pytest.raises(ValueError, match=f"is or lies inside the {what} "):
             write_report(runs, out=out)
     after = {p: p.read_bytes() for d in (b, sweep) for p in d.rglob("*") if p.is_file()}
     assert after == before  # nothing written there
+    assert not (b / "sub").exists()
     # its own directory, however spelled, and a directory of earlier overlays are fine
     assert write_report([a], out=tmp_path / "." / "a").parent == tmp_path / "a"
     write_report([a, b], out=tmp_path / "cmp")

@@ -172,23 +172,6 @@ def unknown_argument(parser: argparse.ArgumentParser, command: str,
     return f"unknown option {bad}; " + (f"did you mean {names[close[0]]}?" if close else see)
 
 
-def owner(path: Path) -> tuple[Path, str] | None:
-    """The run directory, checkpoint or `snip compare` sweep that ``path`` is or lies inside,
-    and which of them it is (``None`` for neither): their files are snip's own, so a command
-    never writes an output there that the user named by path (a plan over a run's
-    ``config.toml`` lost the run)."""
-    target = Path(os.path.realpath(path))
-    for parent in (target, *target.parents):
-        if (parent / "meta.json").is_file():
-            return parent, "checkpoint"
-        if (parent / "sweep.json").is_file():
-            return parent, "snip compare sweep"
-        if (parent / "metrics.jsonl").is_file() or (
-                (parent / "checkpoints").is_dir() and (parent / "config.toml").is_file()):
-            return parent, "run"
-    return None
-
-
 def build_parser(load: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The ``snip`` parser; subcommands named in ``load`` (all when ``None``) get their options.
 

@@ -59,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from snip.cli import owner
+    from snip import atomic
     from snip.compare import Sweep, load_sweep, parse_arms, run_sweep
     from snip.compare.sweep import Outcome
     from snip.errors import UserError
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
                             "and --arm")
         sweep = load_sweep(Path(existing), args.threads)
     else:
-        inside = owner(Path(args.out))  # its own sweep (a rerun) is fine; a run's is not
+        inside = atomic.owner(Path(args.out))  # its own sweep (a rerun) is fine; a run's is not
         if inside is not None and inside != (Path(os.path.realpath(args.out)),
                                              "snip compare sweep"):
             raise UserError(f"--out {args.out} is or lies inside the {inside[1]} {inside[0]}; "

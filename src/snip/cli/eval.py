@@ -5,7 +5,7 @@
     snip eval runs/NAME --precision.preset mxfp4          # the same weights, run in MXFP4
 
 Prints one line per loss and writes nothing (``--json FILE`` saves the numbers, outside any
-run, checkpoint or sweep: :func:`snip.cli.owner`).
+run, checkpoint or sweep: :func:`snip.atomic.owner`).
 """
 
 from __future__ import annotations
@@ -38,14 +38,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from snip import atomic
-    from snip.cli import owner
     from snip.cli.train import config_overrides
     from snip.errors import UserError
     from snip.train.inference import load
 
     if args.json:  # before the evaluation, not after it
         out = Path(args.json)
-        inside = owner(out)  # (--json runs/X/metrics.jsonl replaced the run's metrics)
+        inside = atomic.owner(out)  # (--json runs/X/metrics.jsonl replaced the run's metrics)
         why = ("is a directory; name a file" if out.is_dir() else
                "its directory does not exist" if not out.parent.is_dir() else
                "its directory is not writable" if not os.access(out.parent, os.W_OK) else

@@ -27,7 +27,6 @@ import os
 from pathlib import Path
 
 from snip import atomic
-from snip.cli import owner
 from snip.errors import UserError
 
 COMMAND = "export"
@@ -103,7 +102,7 @@ def check_out(out: Path, source: Path) -> None:
             what = "checkpoint" if protected == source else "run directory"
             raise UserError(f"--out {out} would overwrite the {what} {protected} it exports; "
                             "choose an --out outside it")
-    inside = owner(out)  # inside some other run, checkpoint or sweep
+    inside = atomic.owner(out)  # inside some other run, checkpoint or sweep
     if inside is not None:
         raise UserError(f"--out {out} is or lies inside the {inside[1]} {inside[0]}; choose an "
                         "--out outside it")

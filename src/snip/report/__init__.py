@@ -14,6 +14,7 @@ Look at the result as a reader does: ``python -m snip.report.screenshot report.h
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -60,16 +61,15 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path | None = None, 
 
 
 def _check_out(out: Path, runs: Sequence[RunData]) -> None:
-    """``out`` may be the one run's own directory, or any directory that holds no other run,
-    `snip compare` sweep or checkpoint: report.html and plots there are theirs, or would be
-    deleted with a rotated checkpoint (refused before any write)."""
-    if len(runs) == 1 and out.resolve() == Path(runs[0].path).resolve():
+    """``out`` may be the one run's own directory, or a directory outside every run, checkpoint
+    and `snip compare` sweep (:func:`snip.atomic.owner`): report.html and plots there would
+    replace theirs, or go with a rotated checkpoint.  Refused before any write."""
+    inside = atomic.owner(out)
+    if inside is None or (len(runs) == 1 and inside == (Path(os.path.realpath(runs[0].path)),
+                                                        "run")):
         return
-    for marker, what in (("metrics.jsonl", "a run"), ("sweep.json", "a snip compare sweep"),
-                         ("meta.json", "a checkpoint")):
-        if (out / marker).is_file():
-            raise UserError(f"--out {out} holds {what} ({marker}): this report would replace "
-                            "its report.html and plots; choose another --out")
+    raise UserError(f"--out {out} is or lies inside the {inside[1]} {inside[0]}; choose "
+                    "another --out")
 
 
 __all__ = ["RunData", "Section", "config_diff", "group_repeats", "load_run", "pick_baseline",
