@@ -71,6 +71,17 @@ def test_snip_audit_unknown_format_writes_nothing(tmp_path, capsys):
     assert len(err) == 1 and "unknown element format 'e9m9x'" in err[0]
 
 
+def test_snip_audit_out_never_inside_a_run(tmp_path, capsys):
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.toml").write_text("seed = 1\n")
+    for out in (run, run / "audit"):
+        assert main(["audit", "--out", str(out), "--train.steps", "2"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"is or lies inside the run {run}" in err[0]
+    assert sorted(p.name for p in run.rglob("*")) == ["checkpoints", "config.toml"]
+
+
 @pytest.mark.parametrize("name", ["sub/mask.json", "/tmp/mask.json", "..", "./m.json"])
 def test_snip_audit_mask_out_is_a_file_name_under_out(tmp_path, capsys, name):
     out = tmp_path / "out"
