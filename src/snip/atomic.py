@@ -50,6 +50,17 @@ def owner(path: str | Path) -> tuple[Path, str] | None:
     return None
 
 
+def check_outside(path: str | Path, flag: str,
+                  own: tuple[Path, str] | None = None) -> None:
+    """Refuse (one-line `UserError`) an output path the user named with ``flag`` that is or
+    lies inside a run, checkpoint or sweep (`owner`), unless that is ``own`` (as `owner` names
+    it: the command's own run or sweep)."""
+    inside = owner(path)
+    if inside is not None and inside != own:
+        raise UserError(f"{flag} {path} is or lies inside the {inside[1]} {inside[0]}; choose a "
+                        "path outside it")
+
+
 def pid_alive(pid: int) -> bool:
     """Whether a process with this id exists (one we may not signal counts as alive)."""
     try:

@@ -109,8 +109,8 @@ def test_outputs_never_land_in_a_run_or_on_an_input(table_file, tmp_path, capsys
     snapshot = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     table, other = ["--table", str(table_file)], str(tmp_path / "p.json")
     for argv, msg in [
-        ([*table, "--out", str(run / "config.toml")], f"--out {run}/config.toml lies inside "
-                                                      f"the run {run}"),
+        ([*table, "--out", str(run / "config.toml")], f"--out {run}/config.toml is or lies "
+                                                      f"inside the run {run}"),
         ([*table, "--out", other, "--save-table", str(run / "metrics.jsonl")], "inside the run"),
         ([*table, "--out", str(ckpt / "p.json")], f"inside the checkpoint {ckpt}"),
         ([*table, "--out", str(sweep / "p.json")], "inside the snip compare sweep"),

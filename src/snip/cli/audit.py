@@ -271,10 +271,7 @@ def run(args: argparse.Namespace) -> int:
               "score_steps": args.score_steps, "every": args.every, "tiles": args.tiles}
     trace = ReferenceTrace.load(args.trace) if args.trace else None  # bad file: nothing written
     out = Path(args.out)
-    inside = atomic.owner(out)  # (its own earlier --out holds runs, but is none itself)
-    if inside is not None:
-        raise UserError(f"--out {out} is or lies inside the {inside[1]} {inside[0]}; choose "
-                        "an --out outside it")
+    atomic.check_outside(out, "--out")  # (its own earlier --out holds runs, but is none)
     formats = trace.formats if trace is not None else fmts
     _check_run_dirs(out, [*([] if trace else [_run_name(None)]),
                           *([] if args.no_measure else [_run_name(f) for f in formats])])

@@ -73,11 +73,8 @@ def run(args: argparse.Namespace) -> int:
                             "and --arm")
         sweep = load_sweep(Path(existing), args.threads)
     else:
-        inside = atomic.owner(Path(args.out))  # its own sweep (a rerun) is fine; a run's is not
-        if inside is not None and inside != (Path(os.path.realpath(args.out)),
-                                             "snip compare sweep"):
-            raise UserError(f"--out {args.out} is or lies inside the {inside[1]} {inside[0]}; "
-                            "choose an --out outside it")
+        own = (Path(os.path.realpath(args.out)), "snip compare sweep")  # a rerun: fine
+        atomic.check_outside(args.out, "--out", own)
         # bases by absolute path: the sweep can be resumed from any working directory
         sweep = Sweep(bases=tuple(os.path.abspath(b) for b in args.base),
                       arms=tuple(parse_arms(args.arm)), steps=args.steps,

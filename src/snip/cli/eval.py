@@ -5,7 +5,7 @@
     snip eval runs/NAME --precision.preset mxfp4          # the same weights, run in MXFP4
 
 Prints one line per loss and writes nothing (``--json FILE`` saves the numbers, outside any
-run, checkpoint or sweep: :func:`snip.atomic.owner`).
+run, checkpoint or sweep: :func:`snip.atomic.check_outside`).
 """
 
 from __future__ import annotations
@@ -44,13 +44,12 @@ def run(args: argparse.Namespace) -> int:
 
     if args.json:  # before the evaluation, not after it
         out = Path(args.json)
-        inside = atomic.owner(out)  # (--json runs/X/metrics.jsonl replaced the run's metrics)
         why = ("is a directory; name a file" if out.is_dir() else
                "its directory does not exist" if not out.parent.is_dir() else
-               "its directory is not writable" if not os.access(out.parent, os.W_OK) else
-               f"lies inside the {inside[1]} {inside[0]}; write it outside" if inside else "")
+               "its directory is not writable" if not os.access(out.parent, os.W_OK) else "")
         if why:
             raise UserError(f"--json {args.json}: {why}")
+        atomic.check_outside(out, "--json")  # (runs/X/metrics.jsonl replaced the run's metrics)
     loaded = load(Path(args.run), config_overrides(args))
     r = loaded.evaluate()
     precision = loaded.precision

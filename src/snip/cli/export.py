@@ -102,10 +102,7 @@ def check_out(out: Path, source: Path) -> None:
             what = "checkpoint" if protected == source else "run directory"
             raise UserError(f"--out {out} would overwrite the {what} {protected} it exports; "
                             "choose an --out outside it")
-    inside = atomic.owner(out)  # inside some other run, checkpoint or sweep
-    if inside is not None:
-        raise UserError(f"--out {out} is or lies inside the {inside[1]} {inside[0]}; choose an "
-                        "--out outside it")
+    atomic.check_outside(out, "--out")  # inside some other run, checkpoint or sweep
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is a file; give a directory to write the model into")
     if out.is_dir() and any(out.iterdir()) and not (out / EXPORT_FILE).is_file():

@@ -195,8 +195,9 @@ def warnings_for(table, budget, sol, per_gemm: bool, candidates) -> list[str]:
 
 def _check_outputs(args: argparse.Namespace) -> None:
     """Every file the command writes (the plan; the measured table) lies outside runs,
-    checkpoints and sweeps (:func:`snip.atomic.owner`), and none is a file it reads or another
-    output: ``--out sens.json --table sens.json`` would replace the table with the plan."""
+    checkpoints and sweeps (:func:`snip.atomic.check_outside`), and none is a file it reads or
+    another output: ``--out sens.json --table sens.json`` would replace the table with the
+    plan."""
     from snip import atomic
 
     writes = [("--out", args.out), ("--save-table", args.save_table)]
@@ -207,10 +208,7 @@ def _check_outputs(args: argparse.Namespace) -> None:
     for flag, path in writes:
         if path is None:
             continue
-        inside = atomic.owner(path)
-        if inside is not None:
-            raise UserError(f"{flag} {path} lies inside the {inside[1]} {inside[0]}; write it "
-                            "outside")
+        atomic.check_outside(path, flag)
         real = os.path.realpath(path)
         if real in taken:
             raise UserError(f"{flag} {path} is also {taken[real]}; give each its own file")

@@ -62,14 +62,10 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path | None = None, 
 
 def _check_out(out: Path, runs: Sequence[RunData]) -> None:
     """``out`` may be the one run's own directory, or a directory outside every run, checkpoint
-    and `snip compare` sweep (:func:`snip.atomic.owner`): report.html and plots there would
-    replace theirs, or go with a rotated checkpoint.  Refused before any write."""
-    inside = atomic.owner(out)
-    if inside is None or (len(runs) == 1 and inside == (Path(os.path.realpath(runs[0].path)),
-                                                        "run")):
-        return
-    raise UserError(f"--out {out} is or lies inside the {inside[1]} {inside[0]}; choose "
-                    "another --out")
+    and `snip compare` sweep (:func:`snip.atomic.check_outside`): report.html and plots there
+    would replace theirs, or go with a rotated checkpoint.  Refused before any write."""
+    own = (Path(os.path.realpath(runs[0].path)), "run") if len(runs) == 1 else None
+    atomic.check_outside(out, "--out", own)
 
 
 __all__ = ["RunData", "Section", "config_diff", "group_repeats", "load_run", "pick_baseline",
