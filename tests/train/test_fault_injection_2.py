@@ -205,6 +205,28 @@ def test_export_and_compare_refuse_runs_and_sweeps(run6: Path, tmp_path: Path,
     assert _snapshot(run6) == before
 
 
+def test_owner_names_the_nearest_run_checkpoint_or_sweep(run6: Path, tmp_path: Path) -> None:
+    ckpt = run6 / "checkpoints" / "step_000006"
+    real = Path(os.path.realpath(run6))
+    assert atomic.owner(run6) == (real, "run")
+    assert atomic.owner(run6 / "not" / "yet" / "made.json") == (real, "run")
+    assert atomic.owner(ckpt / "x") == (real / "checkpoints" / "step_000006", "checkpoint")
+    link = tmp_path / "link"
+    link.symlink_to(run6)  # the real path decides, not the spelling
+    assert atomic.owner(link / "plan.json") == (real, "run")
+    assert atomic.owner(tmp_path / "elsewhere.json") is None
+    sweep = tmp_path / "cmp"
+    (sweep / "runs" / "arm").mkdir(parents=True)
+    (sweep / "sweep.json").write_text("{}")
+    (sweep / "runs" / "arm" / "metrics.jsonl").write_text("")
+    assert atomic.owner(sweep / "runs" / "arm") == (Path(os.path.realpath(sweep)) / "runs" / "arm",
+                                                    "run")  # the nearest one
+    assert atomic.owner(sweep / "runs") == (Path(os.path.realpath(sweep)), "snip compare sweep")
+    atomic.check_outside(sweep, "--out", own=atomic.owner(sweep))  # its own: no error
+    with pytest.raises(UserError, match=f"--out {sweep} is or lies inside the snip compare"):
+        atomic.check_outside(sweep, "--out")
+
+
 def test_export_is_atomic_and_cleans_up(run6: Path, tmp_path: Path,
                                         monkeypatch: pytest.MonkeyPatch,
                                         capsys: pytest.CaptureFixture) -> None:
