@@ -67,3 +67,13 @@ def test_a_model_that_quantizes_or_runs_under_autocast_is_evaluated_twice(monkey
     assert len(calls) == 2
     assert r.loss_hp == hp
     assert r.loss != r.loss_hp
+
+
+@pytest.mark.parametrize("what, bf16", [("fp32", False), ("mxfp4", False), ("fp32", True)])
+def test_done_is_called_once_per_forward_pass_of_a_batch(what, bf16):
+    """``snip eval``'s progress bar counts to ``passes * len(batches)``: it ends full."""
+    model, batches = _model(what), _batches()
+    ticks = []
+    evaluate(model, batches, CPU, step=0, bf16=bf16, done=lambda: ticks.append(1))
+    assert len(ticks) == evaluation.passes(model, bf16) * len(batches)
+    assert evaluation.passes(model, bf16) == (1 if (what, bf16) == ("fp32", False) else 2)

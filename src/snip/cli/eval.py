@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"--json {args.json}: {why}")
         atomic.check_outside(out, "--json")  # (runs/X/metrics.jsonl replaced the run's metrics)
     loaded = load(Path(args.run), config_overrides(args))
-    r = loaded.evaluate()
+    r = loaded.evaluate(bar=True)
     precision = loaded.precision
     windows = loaded.cfg.train.eval_batches
     print(f"{loaded.path} (step {loaded.step}), {windows} strided validation batches of "

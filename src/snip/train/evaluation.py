@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -51,31 +52,43 @@ def autocast(device: torch.device, enabled: bool) -> contextlib.AbstractContextM
 
 @torch.no_grad()
 def mean_loss(model: nn.Module, batches: list[tuple[torch.Tensor, torch.Tensor]],
-              device: torch.device, bf16: bool = False) -> float:
-    """Mean next-token loss of ``model`` over ``batches`` (each batch weighs the same)."""
+              device: torch.device, bf16: bool = False,
+              done: Callable[[], None] | None = None) -> float:
+    """Mean next-token loss of ``model`` over ``batches`` (each batch weighs the same);
+    ``done`` is called after each batch (progress)."""
     losses = []
     for x, y in batches:
         with autocast(device, bf16):
             _, loss = model(x.to(device), y.to(device))
         losses.append(loss.float())
+        if done is not None:
+            done()
     return torch.stack(losses).mean().item()
+
+
+def passes(model: nn.Module, bf16: bool = False) -> int:
+    """Forward passes per batch that :func:`evaluate` makes: 1 where the quantized forward is
+    the plain fp32 one (both losses are that pass), else 2."""
+    return 1 if not bf16 and plain_forward(model) else 2
 
 
 @torch.no_grad()
 def evaluate(model: nn.Module, batches: list[tuple[torch.Tensor, torch.Tensor]],
-             device: torch.device, step: int, bf16: bool = False) -> EvalResult:
-    """Both losses of ``model`` on ``batches`` (see the module docstring)."""
+             device: torch.device, step: int, bf16: bool = False,
+             done: Callable[[], None] | None = None) -> EvalResult:
+    """Both losses of ``model`` on ``batches`` (see the module docstring); ``done`` is called
+    after each forward pass of a batch (:func:`passes` times per batch)."""
     devices = [device.index or 0] if device.type == "cuda" else []
     was_training = model.training
     with torch.random.fork_rng(devices=devices):
         model.eval()
         try:
-            loss = mean_loss(model, batches, device, bf16)
-            if not bf16 and plain_forward(model):
+            loss = mean_loss(model, batches, device, bf16, done)
+            if passes(model, bf16) == 1:
                 loss_hp = loss  # the same fp32 forward: one pass, not two
             else:
                 with disabled(model):
-                    loss_hp = mean_loss(model, batches, device, bf16)
+                    loss_hp = mean_loss(model, batches, device, bf16, done)
         finally:
             model.train(was_training)
     return EvalResult(step=step, loss=loss, loss_hp=loss_hp)

@@ -16,6 +16,7 @@ sample`` asks for) works even when the training corpus is gone too.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from typing import Any
 import torch
 from safetensors import SafetensorError
 from torch import nn
+from tqdm import tqdm
 
 from snip.errors import MissingFileError, UserError
 from snip.models import build_model
@@ -32,7 +34,7 @@ from snip.plan import PrecisionPlan
 from snip.train import checkpoint
 from snip.train import config as C
 from snip.train.batches import Batches, open_data
-from snip.train.evaluation import EvalResult, autocast, evaluate
+from snip.train.evaluation import EvalResult, autocast, evaluate, passes
 from snip.train.loop import model_config, order_seed, pick_device
 from snip.train.precision import initial_plan
 from snip.train.resume import check_compatible
@@ -51,12 +53,17 @@ class Loaded:
     device: torch.device
     precision: str  # "its plan", or the preset / plan file asked for
 
-    def evaluate(self, batches: int | None = None) -> EvalResult:
-        """Both validation losses on ``batches`` strided windows (default: the run's)."""
+    def evaluate(self, batches: int | None = None, bar: bool = False) -> EvalResult:
+        """Both validation losses on ``batches`` strided windows (default: the run's); ``bar``:
+        a progress bar of the forward passes on a terminal (stderr)."""
         t = self.cfg.train
         windows = list(self.data.eval_batches(t.batch_size // t.grad_accum, t.seq_len,
                                               batches or t.eval_batches))
-        return evaluate(self.model, windows, self.device, self.step, t.bf16)
+        total = len(windows) * passes(self.model, t.bf16)
+        with tqdm(total=total, unit="batch", desc="evaluating", leave=False,
+                  disable=not (bar and sys.stderr.isatty())) as shown:
+            return evaluate(self.model, windows, self.device, self.step, t.bf16,
+                            done=shown.update)
 
     @torch.no_grad()
     def sample(self, prompt: str, tokens: int = 200, temperature: float = 0.8, top_k: int = 0,
