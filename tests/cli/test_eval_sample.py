@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from snip.cli import main
 from snip.train import from_sources, train
@@ -80,3 +81,49 @@ def test_sample_is_reproducible_and_greedy_is_deterministic(run,
     assert main(["sample", str(path), "--prompt", "class ", "--tokens", "10"]) == 0
     assert capsys.readouterr().out.startswith("class ")
     assert main(["sample", str(path), "--tokens", "0"]) == 2
+
+
+def test_sample_streams_the_text_it_returns(run, capsys: pytest.CaptureFixture) -> None:
+    """The pieces ``on_text`` gets, joined, begin the returned text (the same text as without
+    them); ``snip sample`` prints the prompt, the pieces as they come, and the rest."""
+    path, _ = run
+    loaded = load(path)
+    pieces: list[str] = []
+    text = loaded.sample("def ", tokens=30, seed=5, on_text=pieces.append)
+    assert text == loaded.sample("def ", tokens=30, seed=5)
+    assert len(pieces) > 1 and text.startswith("".join(pieces))
+    assert all(p and not p.endswith("\ufffd") for p in pieces)
+    assert main(["sample", str(path), "--prompt", "def ", "--tokens", "30", "--seed", "5"]) == 0
+    assert capsys.readouterr().out == "def " + text + "\n"
+
+
+def test_sample_holds_back_a_character_until_its_bytes_are_whole(run) -> None:
+    """A byte-tokenizer model that emits the two bytes of 'é' one after the other: the piece
+    with the first byte alone (which decodes to U+FFFD) is never given."""
+    path, _ = run
+    loaded = load(path)
+    vocab = loaded.model.config.vocab_size
+    order = iter([0xC3, 0xA9, ord("x")])
+
+    def forced(ctx):  # logits that make the next token the next byte of the order
+        logits = torch.full((1, ctx.shape[1], vocab), -1e9)
+        logits[0, -1, next(order)] = 0.0
+        return logits, None
+
+    loaded.model.forward = forced
+    pieces: list[str] = []
+    assert loaded.sample("", tokens=3, temperature=0, on_text=pieces.append) == "éx"
+    assert pieces == ["é", "x"]
+
+
+def test_sample_reprints_the_text_if_decoding_changed_what_was_shown(
+        run, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    from snip.train.inference import Loaded
+
+    def changed(self, prompt, on_text=None, **kw):  # a decoder that rewrote shown text
+        on_text("a ")
+        return "a."
+
+    monkeypatch.setattr(Loaded, "sample", changed)
+    assert main(["sample", str(run[0]), "--prompt", "P"]) == 0
+    assert capsys.readouterr().out == "Pa \nPa.\n"

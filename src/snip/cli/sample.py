@@ -2,6 +2,8 @@
 
     snip sample runs/NAME --prompt "def main(" --tokens 200
     snip sample runs/NAME --temperature 0 --precision.preset nvfp4   # greedy, in NVFP4
+
+The text is printed as it is generated.
 """
 
 from __future__ import annotations
@@ -37,7 +39,17 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--tokens ({args.tokens}) must be >= 1, --temperature "
                         f"({args.temperature}) and --top-k ({args.top_k}) >= 0")
     loaded = load(Path(args.run), config_overrides(args), need_data=False)  # corpus optional
+    print(args.prompt, end="", flush=True)
+    shown: list[str] = []
+
+    def stream(piece: str) -> None:  # the text as it is generated (a large model is slow)
+        shown.append(piece)
+        print(piece, end="", flush=True)
+
     text = loaded.sample(args.prompt, tokens=args.tokens, temperature=args.temperature,
-                         top_k=args.top_k, seed=args.seed)
-    print(args.prompt + text)
+                         top_k=args.top_k, seed=args.seed, on_text=stream)
+    done = "".join(shown)
+    # the rest (a last incomplete character) and a newline; all of it again on a line of its own
+    # if a tokenizer's decoding changed text already shown (a cleanup of spaces, say)
+    print(text[len(done):] if text.startswith(done) else "\n" + args.prompt + text)
     return 0

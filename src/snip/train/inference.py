@@ -17,7 +17,7 @@ sample`` asks for) works even when the training corpus is gone too.
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,8 +67,11 @@ class Loaded:
 
     @torch.no_grad()
     def sample(self, prompt: str, tokens: int = 200, temperature: float = 0.8, top_k: int = 0,
-               seed: int = 0) -> str:
-        """Continue ``prompt`` by ``tokens`` tokens (temperature 0: greedy)."""
+               seed: int = 0, on_text: Callable[[str], None] | None = None) -> str:
+        """Continue ``prompt`` by ``tokens`` tokens (temperature 0: greedy).  ``on_text`` is
+        given the text as it grows, piece by piece, each piece once it decodes to whole
+        characters (a byte of a longer UTF-8 character waits for the rest) and only while the
+        pieces, joined, begin the decoded text."""
         tok = (self.data.dataset.tokenizer if self.data.dataset is not None
                else checkpoint.tokenizer_of(self.path))
         if tok is None:
@@ -78,6 +81,7 @@ class Loaded:
         gen = torch.Generator(device=self.device).manual_seed(seed)
         x = torch.tensor([ids], device=self.device)
         self.model.eval()
+        shown = ""  # what on_text was given
         for _ in range(tokens):
             ctx = x[:, -self.model.config.max_seq_len:]
             with autocast(self.device, self.cfg.train.bf16):
@@ -92,6 +96,11 @@ class Loaded:
                     logits = logits.masked_fill(logits < kth, -float("inf"))
                 nxt = torch.multinomial(torch.softmax(logits, -1), 1, generator=gen)
             x = torch.cat([x, nxt.view(1, 1)], dim=1)
+            if on_text is not None:
+                text = tok.decode(x[0, len(ids):].tolist()).rstrip("\ufffd")
+                if len(text) > len(shown) and text.startswith(shown):
+                    on_text(text[len(shown):])
+                    shown = text
         return tok.decode(x[0, len(ids):].tolist())
 
 
