@@ -37,15 +37,20 @@ def owner(path: str | Path) -> tuple[Path, str] | None:
     """The run directory, checkpoint or `snip compare` sweep that ``path`` is or lies inside
     (its real path), and which of them it is (``"run"``, ``"checkpoint"``, ``"snip compare
     sweep"``); ``None`` for neither.  Commands refuse to write an output the user named there
-    unless it is that thing's own (a plan written over a run's ``config.toml`` lost the run)."""
+    unless it is that thing's own (a plan written over a run's ``config.toml`` lost the run).
+
+    Each is known by two of its files, so that a directory of other files with one of these
+    common names (a ``meta.json`` of another tool in a home directory) is not taken for one: a
+    checkpoint holds ``meta.json`` and ``config.toml``, a run ``config.toml`` and
+    ``metrics.jsonl`` or ``checkpoints/``, a sweep ``sweep.json`` and ``runs/``."""
     target = Path(os.path.realpath(path))
     for parent in (target, *target.parents):
-        if (parent / "meta.json").is_file():
+        config = (parent / "config.toml").is_file()
+        if config and (parent / "meta.json").is_file():
             return parent, "checkpoint"
-        if (parent / "sweep.json").is_file():
+        if (parent / "sweep.json").is_file() and (parent / "runs").is_dir():
             return parent, "snip compare sweep"
-        if (parent / "metrics.jsonl").is_file() or (
-                (parent / "checkpoints").is_dir() and (parent / "config.toml").is_file()):
+        if config and ((parent / "metrics.jsonl").is_file() or (parent / "checkpoints").is_dir()):
             return parent, "run"
     return None
 

@@ -103,8 +103,9 @@ def test_outputs_never_land_in_a_run_or_on_an_input(table_file, tmp_path, capsys
     (run / "config.toml").write_text("seed = 1\n")
     (run / "metrics.jsonl").write_text("{}\n")
     (ckpt / "meta.json").write_text("{}")
+    (ckpt / "config.toml").write_text("seed = 1\n")
     sweep = tmp_path / "cmp"
-    sweep.mkdir()
+    (sweep / "runs").mkdir(parents=True)
     (sweep / "sweep.json").write_text("{}")
     snapshot = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     table, other = ["--table", str(table_file)], str(tmp_path / "p.json")

@@ -67,9 +67,11 @@ def test_report_never_writes_into_another_run_sweep_or_checkpoint(tmp_path: Path
     sweep = tmp_path / "sweep"
     sweep.mkdir()
     (sweep / "sweep.json").write_text("{}")
+    (sweep / "runs").mkdir()
     ckpt = b / "checkpoints" / "step_000020"
     ckpt.mkdir(parents=True)
-    (ckpt / "meta.json").write_text("{}")
+    for name in ("meta.json", "config.toml"):
+        (ckpt / name).write_text("")
     before = {p: p.read_bytes() for d in (b, sweep) for p in d.rglob("*") if p.is_file()}
     for runs, out, what in (([a], b, "run"), ([a, b], b, "run"), ([a], b / "sub", "run"),
                             ([a], sweep, "snip compare sweep"), ([a], ckpt, "checkpoint")):

@@ -189,7 +189,7 @@ def test_export_and_compare_refuse_runs_and_sweeps(run6: Path, tmp_path: Path,
     ckpt = run6 / "checkpoints" / "step_000006"
     (tmp_path / "a_file").write_text("x")
     sweep = tmp_path / "cmp"  # another command's output: a snip compare sweep
-    sweep.mkdir()
+    (sweep / "runs").mkdir(parents=True)
     (sweep / "sweep.json").write_text("{}")
     for out in (ckpt, ckpt / "sub", run6, run6 / "hf", run6.parent, tmp_path / "a_file",
                 sweep / "hf"):
@@ -201,7 +201,7 @@ def test_export_and_compare_refuse_runs_and_sweeps(run6: Path, tmp_path: Path,
     for out in (run6, ckpt / "cmp", sweep / "runs" / "x"):
         assert main([*argv, "--out", str(out)]) == 2, out
         assert "is or lies inside the" in _one_line(capsys)
-    assert not (sweep / "runs").exists()
+    assert not any((sweep / "runs").iterdir())
     assert _snapshot(run6) == before
 
 
@@ -218,13 +218,20 @@ def test_owner_names_the_nearest_run_checkpoint_or_sweep(run6: Path, tmp_path: P
     sweep = tmp_path / "cmp"
     (sweep / "runs" / "arm").mkdir(parents=True)
     (sweep / "sweep.json").write_text("{}")
-    (sweep / "runs" / "arm" / "metrics.jsonl").write_text("")
+    for name in ("metrics.jsonl", "config.toml"):
+        (sweep / "runs" / "arm" / name).write_text("")
     assert atomic.owner(sweep / "runs" / "arm") == (Path(os.path.realpath(sweep)) / "runs" / "arm",
                                                     "run")  # the nearest one
     assert atomic.owner(sweep / "runs") == (Path(os.path.realpath(sweep)), "snip compare sweep")
     atomic.check_outside(sweep, "--out", own=atomic.owner(sweep))  # its own: no error
     with pytest.raises(UserError, match=f"--out {sweep} is or lies inside the snip compare"):
         atomic.check_outside(sweep, "--out")
+    # one common file name alone is not a run, checkpoint or sweep (another tool's meta.json)
+    for name in ("meta.json", "metrics.jsonl", "sweep.json", "config.toml"):
+        (tmp_path / "home" / name).parent.mkdir(exist_ok=True)
+        (tmp_path / "home" / name).write_text("{}")
+        assert atomic.owner(tmp_path / "home" / "plan.json") is None, name
+        (tmp_path / "home" / name).unlink()
 
 
 def test_export_is_atomic_and_cleans_up(run6: Path, tmp_path: Path,
