@@ -146,6 +146,7 @@ def test_sharded_resume_in_another_world_size(tiny: dict, tmp_path: Path,
 
 def test_fsdp_without_a_process_group_is_a_user_error(tiny: dict) -> None:
     cfg = from_sources(overrides={**tiny, "dist.strategy": "fsdp"})
-    with pytest.raises(UserError, match="needs a process group of 2 or more ranks"):
+    with pytest.raises(UserError, match="needs a process group of 2 or more ranks") as e:
         train(cfg)
+    assert "pass --dist.strategy ddp" in str(e.value)  # the flag, as the user would type it
     assert not (Path(tiny["run.dir"]) / "tiny").exists()  # refused before anything is written

@@ -94,8 +94,9 @@ def from_env(strategy: Strategy = Strategy.DDP) -> DistInfo:
     if world_size <= 1:
         if strategy is Strategy.FSDP:
             raise UserError("dist.strategy=fsdp needs a process group of 2 or more ranks: launch "
-                            "with torchrun --nproc_per_node N (or use dist.strategy ddp, the "
-                            "default, which is plain training in one process)")
+                            "with torchrun --nproc_per_node N, or pass --dist.strategy ddp (the "
+                            "default: plain training in one process; an FSDP run resumes or "
+                            "branches in one process that way)")
         return DistInfo()
     return DistInfo(rank=int(os.environ["RANK"]), local_rank=int(os.environ.get("LOCAL_RANK", 0)),
                     world_size=world_size)
