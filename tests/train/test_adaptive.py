@@ -88,3 +88,31 @@ def test_train_notes_bf16_gemms_where_native_and_unused(tiny: dict, capsys: pyte
         train(from_sources(overrides={**tiny, "run.name": "d", "train.steps": 1,
                                       "precision.preset": "mxfp4"}))
     assert note not in capsys.readouterr().out  # says only why
+
+
+def test_compare_and_audit_trainers_keep_the_train_note_to_themselves(
+        tiny: dict, tmp_path, capsys: pytest.CaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The note names ``--precision.accum``, a flag of ``snip train`` only: the trainers that
+    ``snip compare`` and ``snip audit`` build (``bf16_note=False``) do not print it, also where
+    they train a quantized run's settings (``snip audit --run``)."""
+    from snip.cli import main
+
+    note = "--precision.accum auto runs the quantized GEMMs on bf16 operands"
+    monkeypatch.setenv("SNIP_BF16_GEMM", "1")
+    train(from_sources(overrides={**tiny, "run.name": "mx", "train.steps": 2,
+                                  "precision.preset": "mxfp4"}))
+    capsys.readouterr()
+    monkeypatch.setattr(loop, "_bf16_noted", False)
+    trainer = loop.Trainer(from_sources(overrides={**tiny, "run.name": "q", "train.steps": 1,
+                                                   "precision.preset": "mxfp4"}),
+                           bf16_note=False)
+    trainer.close()
+    run = Path(tiny["run.dir"]) / "mx"
+    assert main(["audit", "--run", str(run), "--train.steps", "2", "--formats", "e4m3",
+                 "--train.threads", "1", "--out", str(tmp_path / "audit")]) == 0
+    assert main(["compare", "--base", str(run), "--arm", "mxfp4", "--steps", "1",
+                 "--train.eval_batches", "1", "--train.threads", "1",
+                 "--out", str(tmp_path / "cmp")]) == 0
+    assert note not in capsys.readouterr().out
+    assert not loop._bf16_noted  # (so it was not printed by the way)

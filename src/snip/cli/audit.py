@@ -128,7 +128,7 @@ def _run(cfg: dict, out: Path, *, fmt: str | None = None, policy: str = "rne",
     if threads:
         values["train.threads"] = threads
     cfg_run, ckpt = _config(cfg, values)
-    trainer = Trainer(cfg_run, init_from=ckpt)
+    trainer = Trainer(cfg_run, init_from=ckpt, bf16_note=False)  # (audit has no accum flag)
     try:
         if fmt is None:
             recorder = ReferenceRecorder(eligible_parameters(trainer.model), **recorder_kw)

@@ -500,11 +500,11 @@ def _train_arm(sweep: Sweep, base: BaseInfo, unit: tuple[int, int],
     keep = {"train.threads": overrides["train.threads"]} if sweep.threads else {}
     if found:
         trainer = Trainer(from_sources(overrides=keep, resume=run_dir), resume=run_dir,
-                          hooks=[Beat(run_dir)])
+                          hooks=[Beat(run_dir)], bf16_note=False)
     else:
         _clear_unstarted(run_dir)
         trainer = Trainer(from_sources(overrides=overrides, init_from=base.path),
-                          init_from=base.path, hooks=[Beat(run_dir)])
+                          init_from=base.path, hooks=[Beat(run_dir)], bf16_note=False)
     try:
         result = trainer.run()
     finally:

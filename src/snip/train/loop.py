@@ -238,7 +238,8 @@ class Trainer:
     metrics of one run, with `step()` (one optimizer step) and `run()` (the loop)."""
 
     def __init__(self, cfg: C.Config, *, resume: str | Path | None = None,
-                 init_from: str | Path | None = None, hooks: Sequence[Hook] = ()) -> None:
+                 init_from: str | Path | None = None, hooks: Sequence[Hook] = (),
+                 bf16_note: bool = True) -> None:
         if resume is not None and init_from is not None:
             raise UserError("give either resume or init_from, not both")
         t = cfg.train
@@ -309,7 +310,8 @@ class Trainer:
             log_path = self.dir / "metrics.jsonl" if self.dist.is_main else None
             tb = self.dir / "tensorboard" if cfg.log.tensorboard and self.dist.is_main else None
             self.log = MetricsLog(log_path, tb, lock=lock)
-        self._note_bf16_gemms()  # (once the run has started: a start that fails says only why)
+        if bf16_note:  # (once the run has started: a start that fails says only why)
+            self._note_bf16_gemms()
         if ckpt is not None and self.branched:
             self.log.log("branch", self.step_count, parent=str(ckpt.path),
                          inherited_precision=inherit)
@@ -522,8 +524,9 @@ class Trainer:
     def _note_bf16_gemms(self) -> None:
         """Quantized GEMMs in fp32 on a device that multiplies bf16 natively: say on stdout
         (not stderr, where an error is one line) that ``--precision.accum auto`` would run them
-        in bf16 (not the default: see its help); once a process (``snip compare`` runs many
-        trainers in one)."""
+        in bf16 (not the default: see its help); once a process.  ``snip compare`` and ``snip
+        audit`` build their trainers with ``bf16_note=False``: their arms and runs take the
+        base's or their own settings, with no ``--precision.accum`` of the user's to change."""
         global _bf16_noted
         if not _bf16_noted and self.dist.is_main and bf16_gemms_idle(self.model):
             _bf16_noted = True
