@@ -127,3 +127,17 @@ def test_sample_reprints_the_text_if_decoding_changed_what_was_shown(
     monkeypatch.setattr(Loaded, "sample", changed)
     assert main(["sample", str(run[0]), "--prompt", "P"]) == 0
     assert capsys.readouterr().out == "Pa \nPa.\n"
+
+
+def test_sample_interrupted_ends_the_text_line(run, monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture) -> None:
+    from snip.train.inference import Loaded
+
+    def stopped(self, prompt, on_text=None, **kw):  # Ctrl-C after a piece was printed
+        on_text("abc")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Loaded, "sample", stopped)
+    assert main(["sample", str(run[0]), "--prompt", "P"]) == 130
+    captured = capsys.readouterr()
+    assert captured.out == "Pabc\n" and captured.err == "snip sample: interrupted\n"

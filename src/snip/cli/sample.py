@@ -46,8 +46,12 @@ def run(args: argparse.Namespace) -> int:
         shown.append(piece)
         print(piece, end="", flush=True)
 
-    text = loaded.sample(args.prompt, tokens=args.tokens, temperature=args.temperature,
-                         top_k=args.top_k, seed=args.seed, on_text=stream)
+    try:
+        text = loaded.sample(args.prompt, tokens=args.tokens, temperature=args.temperature,
+                             top_k=args.top_k, seed=args.seed, on_text=stream)
+    except KeyboardInterrupt:
+        print()  # end the text's line: "interrupted" follows on a line of its own
+        raise
     done = "".join(shown)
     # the rest (a last incomplete character) and a newline; all of it again on a line of its own
     # if a tokenizer's decoding changed text already shown (a cleanup of spaces, say)
