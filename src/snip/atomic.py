@@ -56,12 +56,14 @@ def owner(path: str | Path) -> tuple[Path, str] | None:
 
 
 def check_outside(path: str | Path, flag: str,
-                  own: tuple[Path, str] | None = None) -> None:
+                  own: tuple[str | Path, str] | None = None) -> None:
     """Refuse (one-line `UserError`) an output path the user named with ``flag`` that is or
-    lies inside a run, checkpoint or sweep (`owner`), unless that is ``own`` (as `owner` names
-    it: the command's own run or sweep)."""
+    lies inside a run, checkpoint or sweep (`owner`), unless that is ``own``: the command's
+    own directory (any spelling of it) and what it must be (``"run"``, ``"snip compare
+    sweep"``)."""
     inside = owner(path)
-    if inside is not None and inside != own:
+    if inside is not None and (own is None or inside != (Path(os.path.realpath(own[0])),
+                                                          own[1])):
         raise UserError(f"{flag} {path} is or lies inside the {inside[1]} {inside[0]}; choose a "
                         "path outside it")
 

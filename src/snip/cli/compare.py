@@ -73,8 +73,7 @@ def run(args: argparse.Namespace) -> int:
                             "and --arm")
         sweep = load_sweep(Path(existing), args.threads)
     else:
-        own = (Path(os.path.realpath(args.out)), "snip compare sweep")  # a rerun: fine
-        atomic.check_outside(args.out, "--out", own)
+        atomic.check_outside(args.out, "--out", own=(args.out, "snip compare sweep"))  # rerun
         # bases by absolute path: the sweep can be resumed from any working directory
         sweep = Sweep(bases=tuple(os.path.abspath(b) for b in args.base),
                       arms=tuple(parse_arms(args.arm)), steps=args.steps,

@@ -14,7 +14,6 @@ Look at the result as a reader does: ``python -m snip.report.screenshot report.h
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -64,8 +63,7 @@ def _check_out(out: Path, runs: Sequence[RunData]) -> None:
     """``out`` may be the one run's own directory, or a directory outside every run, checkpoint
     and `snip compare` sweep (:func:`snip.atomic.check_outside`): report.html and plots there
     would replace theirs, or go with a rotated checkpoint.  Refused before any write."""
-    own = (Path(os.path.realpath(runs[0].path)), "run") if len(runs) == 1 else None
-    atomic.check_outside(out, "--out", own)
+    atomic.check_outside(out, "--out", own=(runs[0].path, "run") if len(runs) == 1 else None)
 
 
 __all__ = ["RunData", "Section", "config_diff", "group_repeats", "load_run", "pick_baseline",
