@@ -26,7 +26,7 @@ def e_of(rounds: dict, case: str, preset: str, anchor: str) -> float:
 def main() -> None:
     d = Path(sys.argv[1])
     anchor = sys.argv[2] if len(sys.argv) > 2 else "16384"
-    label = "2^14" if anchor == "16384" else f"2^{int(anchor).bit_length() - 1}"
+    label = f"2^{int(anchor).bit_length() - 1}"
     pairs = sorted(int(p.stem.split("_")[1]) for p in d.glob("after_*.json"))
     pairs = [i for i in pairs if (d / f"before_{i}.json").exists()]
     load = {arm: [json.loads((d / f"{arm}_{i}.json").read_text())["rounds_s"] for i in pairs]
