@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import itertools
 import math
 
 import pytest
@@ -153,3 +154,17 @@ def test_measure_on_converted_model_runs_unquantized() -> None:
     t = measure(q, batch_fn, optimizer=opt_q, config=SensitivityConfig(calib_batches=1))
     assert t.names == ref.names
     assert t.loss == pytest.approx(ref.loss, rel=1e-6)
+
+
+def test_done_is_called_once_per_step_of_the_work() -> None:
+    """``measure(done=...)`` (the progress bar of ``snip plan --checkpoint``) is called
+    ``config.steps(layers)`` times: per batch the clean pass, each noise pass, each layer and
+    the propagation."""
+    m, opt = trained(1)
+    two = ["layers.0.attention.wq", "layers.0.feed_forward.w2"]
+    for cfg, layers, expected in ((SensitivityConfig(), None, 1 * (2 + 1 + 7)),
+                                  (SensitivityConfig(calib_batches=2, noise_groups=3), two,
+                                   2 * (2 + 2 + 2))):
+        ticks = itertools.count()
+        measure(m, batch_fn, optimizer=opt, config=cfg, layers=layers, done=ticks.__next__)
+        assert next(ticks) == cfg.steps(len(layers or range(7))) == expected

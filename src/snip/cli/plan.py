@@ -148,6 +148,10 @@ def _load(path: Path):
 
 
 def _measure(args: argparse.Namespace, candidates: tuple[str, ...]):
+    """The checkpoint's sensitivity table, with a progress bar on a terminal (stderr)."""
+    from tqdm import tqdm
+
+    from snip.plan.cost import linear_layers
     from snip.sensitivity import SensitivityConfig, measure
     from snip.train.loop import CALIBRATION_KEY
 
@@ -163,7 +167,11 @@ def _measure(args: argparse.Namespace, candidates: tuple[str, ...]):
         candidates=candidates, seed=args.seed,
         calib_batches=p.calib_batches if args.calib_batches is None else args.calib_batches,
         calib_rows=(p.calib_rows if args.calib_rows is None else args.calib_rows) or None)
-    return measure(model, batch_fn, optimizer=optimizer, config=config, step=ckpt.step), path
+    with tqdm(total=config.steps(len(linear_layers(model))), unit="step", desc="measuring",
+              leave=False, disable=not sys.stderr.isatty()) as bar:
+        table = measure(model, batch_fn, optimizer=optimizer, config=config, step=ckpt.step,
+                        done=bar.update)
+    return table, path
 
 
 def warnings_for(table, budget, sol, per_gemm: bool, candidates) -> list[str]:

@@ -46,7 +46,7 @@ from __future__ import annotations
 import enum
 import time
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -125,6 +125,12 @@ class SensitivityConfig:
         if not 0 < self.noise_scale < 1:
             raise UserError(f"noise_scale={self.noise_scale!r} must be in (0, 1); "
                             "0.05 (5% of each operand's RMS) is a good default")
+
+    def steps(self, n_layers: int) -> int:
+        """How many times :func:`measure` of ``n_layers`` layers calls its ``done``: per
+        calibration batch the clean pass, each noise pass, each layer's metrics and the
+        propagation."""
+        return self.calib_batches * (2 + min(self.noise_groups, n_layers) + n_layers)
 
 
 class _Sums:
@@ -330,10 +336,15 @@ def _inputs_at(c: _Cycle, batch: Batch, sources: Sequence[str]):
     return run
 
 
-def _one_batch(c: _Cycle, batch: Batch, sums: _Sums) -> None:
+def _nothing() -> None:
+    pass
+
+
+def _one_batch(c: _Cycle, batch: Batch, sums: _Sums, done: Callable[[], None]) -> None:
     t0 = time.perf_counter()
     clean = _clean_pass(c, batch)
     sums.add(("seconds", "clean_pass"), time.perf_counter() - t0)
+    done()
     sums.add(("loss",), clean.loss.detach())
     grads = clean.param_grads
     gains = [update_gain(c.optimizer, p, g) if g is not None else 0.0
@@ -346,6 +357,7 @@ def _one_batch(c: _Cycle, batch: Batch, sums: _Sums) -> None:
     for k in range(min(c.cfg.noise_groups, len(names))):
         group = {n: c.layers[n] for n in names[k::c.cfg.noise_groups]}
         noisy.update(_noise_pass(c, group, clean.cap, batch))
+        done()
     index = {id(p): i for i, p in enumerate(c.params)}
     sources = _sources(clean.cap)
     probes = []
@@ -357,6 +369,7 @@ def _one_batch(c: _Cycle, batch: Batch, sums: _Sums) -> None:
         probes += _layer_metrics(c, n, clean.cap.inputs[n], clean.out_grads[n], dw, per_param,
                                  noisy[n], sources[n], sums)
         sums.add((n, "stat", "y_norm"), clean.cap.outputs[n].detach().float().norm())
+        done()
     inputs = {s: clean.cap.inputs[s] for s in set(sources.values())}
     if c.cfg.propagation is Propagation.EXACT:
         prop = propagate.exact(probes, inputs, c.params, weights)
@@ -366,18 +379,20 @@ def _one_batch(c: _Cycle, batch: Batch, sums: _Sums) -> None:
     for (n, cand), p in prop.items():
         for k, v in p.energy.items():
             sums.add((n, Gemm.DGRAD.value, cand, k), v)
+    done()
 
 
 def measure(model: nn.Module, batch_fn: BatchFn, *, optimizer=None,
             config: SensitivityConfig | None = None, step: int | None = None,
             layers: Sequence[str] | None = None, loss_fn: LossFn | None = None,
-            batch_offset: int = 0) -> SensitivityTable:
+            batch_offset: int = 0, done: Callable[[], None] | None = None) -> SensitivityTable:
     """Run the statistics cycle on ``config.calib_batches`` batches and build the table.
 
     ``batch_fn(batch_offset + i)`` returns the i-th calibration batch; ``loss_fn(model,
     batch)`` its scalar loss (default: :func:`snip.sensitivity.loss.default_loss`).
     ``optimizer`` supplies the AdamW state (without it the update gain is 1).  Weights,
-    ``.grad`` fields and optimizer state are not modified.
+    ``.grad`` fields and optimizer state are not modified.  ``done`` is called as the work
+    advances, ``config.steps(len(layers))`` times in all (progress).
     """
     cfg = config or SensitivityConfig()
     all_linear = linear_layers(model)
@@ -399,7 +414,7 @@ def measure(model: nn.Module, batch_fn: BatchFn, *, optimizer=None,
             whole = batch_fn(batch_offset + i)
             batch = batch_to(take_rows(whole, cfg.calib_rows), device)
             tokens, full = batch_tokens(batch), batch_tokens(whole)
-            _one_batch(c, batch, sums)
+            _one_batch(c, batch, sums, done or _nothing)
     avg = sums.reduce(cfg.calib_batches)
     weight_sq = float(sum(p.detach().float().pow(2).sum() for p in c.params))
     table = _build_table(c, avg, tokens, cfg.step_tokens or full, step, weight_sq, batch_offset)
