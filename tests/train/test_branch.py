@@ -76,6 +76,13 @@ def test_branch_errors(tiny: dict, capsys: pytest.CaptureFixture) -> None:
     # onto the parent's own run directory
     assert main(["train", "--init-from", str(_ckpt(run, 6)), "--run.name", "parent"]) == 2
     assert "already holds checkpoints" in capsys.readouterr().err
+    # a new run (branch or fresh) inside the run or its checkpoints: refused, nothing made
+    for new in (["--init-from", str(_ckpt(run, 6)), "--run.dir", str(run)],
+                ["--run.dir", str(run / "checkpoints"), "--run.name", "step_000099"]):
+        before = sorted(run.rglob("*"))
+        assert main(["train", *new]) == 2
+        assert f"lies inside the run {run.resolve()}" in capsys.readouterr().err
+        assert sorted(run.rglob("*")) == before
     # a model of another shape
     assert main(["train", "--init-from", str(_ckpt(run, 6)), "--run.name", "b",
                  "--model.name", "small"]) == 2

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from snip import atomic
 from snip.errors import UserError
 
 COMMAND = "train"
@@ -96,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
         overrides, hook = init_from_hf(args.init_from_hf, overrides)
         hooks.append(hook)
     cfg = from_sources(args.config, overrides, args.resume, args.init_from)
+    if not args.resume:  # a new run's directory: never inside another run, checkpoint or sweep
+        atomic.check_outside(cfg.run.dir, "--run.dir")
     try:
         result = train(cfg, resume=args.resume, init_from=args.init_from, hooks=hooks)
     except NonFiniteError as e:
