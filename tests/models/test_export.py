@@ -46,6 +46,11 @@ def test_export_hf_loads_in_transformers_with_matching_logits(tmp_path, capsys, 
     run = _fake_run(tmp_path, model)
     out = tmp_path / "hf"
     assert main(["export", str(run), "--format", "hf", "--out", str(out)]) == 0
+    shown = capsys.readouterr()
+    assert "exported" in shown.out
+    # transformers' shard bar only on a terminal (a log got "Writing model shards: 0%..."),
+    # and its setting put back for the rest of the process
+    assert shown.err == "" and transformers.utils.logging.is_progress_bar_enabled()
     assert {"config.json", "model.safetensors", "snip_export.json"} <= {
         p.name for p in out.iterdir()}
     assert json.loads((out / "snip_export.json").read_text())["step"] == 7
@@ -58,7 +63,6 @@ def test_export_hf_loads_in_transformers_with_matching_logits(tmp_path, capsys, 
         # transformers' Llama on the exported weights vs ours: the same math in other op orders
         # (measured 0 on a Xeon, ~1e-6 at most through 2 blocks); 1e-5 is 10x that
         torch.testing.assert_close(hf(tokens).logits, ours, rtol=0, atol=1e-5)
-    assert "exported" in capsys.readouterr().out
 
 
 def test_round_trip_hf_snip_hf_is_exact():

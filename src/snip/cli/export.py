@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
 
 from snip import atomic
@@ -111,6 +112,15 @@ def check_out(out: Path, source: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    out = export_hf(args.run, args.out)
+    from transformers.utils import logging as hf_logging
+
+    shown = hf_logging.is_progress_bar_enabled()
+    if not sys.stderr.isatty():  # transformers' "Writing model shards" bar: a terminal's only
+        hf_logging.disable_progress_bar()
+    try:
+        out = export_hf(args.run, args.out)
+    finally:
+        if shown:
+            hf_logging.enable_progress_bar()
     print(f"exported {args.run} -> {out} (transformers LlamaForCausalLM)")
     return 0

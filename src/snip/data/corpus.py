@@ -318,6 +318,6 @@ def _size(d: Document) -> int:
 def _check_not_empty(n_tokens: int, docs: Sequence[Document], name: str) -> None:
     if n_tokens <= len(docs):  # nothing but one end-of-text id per document
         raise UserError(
-            f"the {name} corpus is empty ({len(docs)} documents, no text); add text or point to "
-            "another source"
+            f"the {name} corpus is empty ({len(docs)} document{'s' * (len(docs) != 1)}, no "
+            "text); add text or point to another source"
         )
