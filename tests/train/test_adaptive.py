@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,7 @@ import snip.train.loop as loop
 from snip.errors import UserError
 from snip.plan import PrecisionPlan
 from snip.train import PrecisionController, from_sources, train
+from snip.train.metrics import Progress
 
 
 class SwitchAtStep6:
@@ -41,9 +44,23 @@ def test_controller_plans_are_applied_and_recorded(tiny: dict,
     controller = SwitchAtStep6()
     assert isinstance(controller, PrecisionController)
     monkeypatch.setattr(loop, "make_controller", lambda *a, **k: controller)
+    busy: list[tuple[str, list[int]]] = []  # what the bar named, and the controller's calls then
+    real_busy = Progress.busy
+
+    @contextlib.contextmanager
+    def recorded(self: Progress, what: str) -> Iterator[None]:
+        with real_busy(self, what):
+            yield
+        busy.append((what, list(controller.calls)))
+
+    monkeypatch.setattr(Progress, "busy", recorded)
     result = train(from_sources(overrides={**tiny, "precision.mode": "adaptive"}))
     # asked after every step but the last (a plan made then would never run)
     assert result.step == 12 and controller.calls == list(range(1, 12))
+    # the bar names the pauses: validation at steps 6 and 12, the one due statistics cycle
+    assert busy == [("validating", list(range(1, 6))),
+                    ("re-planning (sensitivity statistics)", list(range(1, 7))),
+                    ("validating", list(range(1, 12)))]
     assert controller.step_seconds is not None and controller.step_seconds > 0  # the trainer's
     run = Path(tiny["run.dir"]) / "tiny"
     plan6 = json.loads((run / "plans" / "step_6.json").read_text())

@@ -60,3 +60,26 @@ def test_a_run_without_progress_bar_logs_lines(tiny: dict, capsys) -> None:
     assert [line.split("  ")[0] for line in out.splitlines() if line.startswith("step ")
             and "/" in line.split()[1]] == ["step 1/3", "step 2/3", "step 3/3"]
     assert Path(str(tiny["run.dir"])).is_dir()
+
+
+def test_busy_names_the_pause_on_the_bar_only(capsys) -> None:
+    """A statistics cycle or a validation stops the bar for seconds: the bar says which."""
+    p = Progress(10, 0, bar=True, terminal=True)
+    with p.busy("validating"):  # before the first step there is no bar: nothing to name
+        pass
+    p.update()
+    with p.busy("validating"):
+        assert p._bar is not None and p._bar.desc == "validating"
+    assert p._bar.desc == ""
+    try:
+        with p.busy("re-planning"):
+            raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        pass
+    assert p._bar.desc == ""  # cleared however the work ends
+    p.close()
+    lines = Progress(10, 0, bar=False, terminal=True)  # no bar: lines only, none for a pause
+    lines.update()
+    with lines.busy("validating"):
+        pass
+    assert capsys.readouterr().out == ""

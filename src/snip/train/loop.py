@@ -455,7 +455,9 @@ class Trainer:
 
     def evaluate(self, bar: Progress | None = None) -> EvalResult:
         """Validate now (with the plan and in high precision), log it and tell the hooks."""
-        r = evaluate(self.model, self.eval_data, self.device, self.step_count, self.cfg.train.bf16)
+        with bar.busy("validating") if bar is not None else contextlib.nullcontext():
+            r = evaluate(self.model, self.eval_data, self.device, self.step_count,
+                         self.cfg.train.bf16)
         self.log.log("eval", r.step, val_loss=r.loss, val_loss_hp=r.loss_hp, ppl=r.ppl)
         if bar is not None and self.dist.is_main:
             bar.write(f"step {r.step}: val loss {r.loss:.4f} (high precision {r.loss_hp:.4f}), "
@@ -496,10 +498,13 @@ class Trainer:
 
         if self.step_seconds:
             self.controller.step_seconds = statistics.median(self.step_seconds)
-        model, optimizer = self.model, self.optimizer
+        model, optimizer, busy = self.model, self.optimizer, contextlib.nullcontext()
         if self.controller.due(self.step_count):  # whole tensors for the statistics
             model, optimizer = self.state.full_replica(self._bare)
-        new = self.controller.on_step_end(self.step_count, model, optimizer, batch_fn)
+            if bar is not None:
+                busy = bar.busy("re-planning (sensitivity statistics)")
+        with busy:
+            new = self.controller.on_step_end(self.step_count, model, optimizer, batch_fn)
         # rank 0's plan on every rank (they agree; this makes it a guarantee)
         new = distributed.from_rank0(new, dist, PrecisionPlan.to_dict, PrecisionPlan.from_dict)
         if new is None:

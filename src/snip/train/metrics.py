@@ -27,9 +27,11 @@ error naming the file.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -132,7 +134,8 @@ class Progress:
     after the first step, so that step's one-time kernel compilation is not read as the pace.
     Otherwise -- ``log.progress false``, or stderr redirected to a file, which must not fill up
     with bar redraws -- one line per logging interval on stdout:
-    ``step 20/200  loss 3.153  tok_s 31,950  eta 0:42``.  ``write`` prints a line either way."""
+    ``step 20/200  loss 3.153  tok_s 31,950  eta 0:42``.  ``write`` prints a line either way;
+    ``busy`` names a pause between steps (validation, a statistics cycle) on the bar."""
 
     def __init__(self, total: int, initial: int, *, bar: bool, main: bool = True,
                  terminal: bool | None = None) -> None:
@@ -172,6 +175,19 @@ class Progress:
         minutes, seconds = divmod(int(left), 60)
         return f"{minutes // 60}:{minutes % 60:02d}:{seconds:02d}" if minutes >= 60 else \
             f"{minutes}:{seconds:02d}"
+
+    @contextlib.contextmanager
+    def busy(self, what: str) -> Iterator[None]:
+        """Name the work between two steps (a statistics cycle, a validation) on the bar while
+        it runs, so that a bar that stops moving says why; nothing is printed without a bar."""
+        if self._bar is None:
+            yield
+            return
+        self._bar.set_description_str(what)
+        try:
+            yield
+        finally:
+            self._bar.set_description_str("")
 
     def write(self, line: str) -> None:
         if self._bar is not None:
