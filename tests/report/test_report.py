@@ -96,15 +96,17 @@ PROJ = ("attention.wq", "attention.wk", "attention.wv", "attention.wo", "feed_fo
 def _run(root: Path, name: str, *, precision: str, seed: int = 1, final: float = 2.2,
          lr: float = 1e-3, plans: list[tuple[int, dict]] | None = None,
          writeback: bool = False, model: str = "tiny", method: str = "ilp",
-         plan_seed: int = 0) -> Path:
-    """A run whose loss starts at 5.6 and ends at ``final``; config like the trainer's."""
+         plan_seed: int = 0, ffn_dim: int = 0) -> Path:
+    """A run whose loss starts at 5.6 and ends at ``final``; config like the trainer's (its
+    ``[model]`` section with every shape key, 0 for the name's)."""
     run = root / name
     (run / "plans").mkdir(parents=True)
     mode = "adaptive" if precision == "adaptive" else "fixed"
     preset = "" if mode == "adaptive" else precision
     wb = 'policy = "stochastic"\nformat = "e4m3"\n' if writeback else 'policy = "none"\n'
     (run / "config.toml").write_text(
-        f'seed = {seed}\n[model]\nname = "{model}"\n[train]\nlr = {lr}\nsteps = 40\n'
+        f'seed = {seed}\n[model]\nname = "{model}"\ndim = 0\nn_layers = 0\nn_heads = 0\n'
+        f'n_kv_heads = 0\nffn_dim = {ffn_dim}\n[train]\nlr = {lr}\nsteps = 40\n'
         f'[precision]\nmode = "{mode}"\npreset = "{preset}"\nplan = ""\nbudget = 0.75\n'
         f'method = "{method}"\nplan_seed = {plan_seed}\n'
         f'[run]\nname = "{name}"\ndir = "{root}"\n[writeback]\n{wb}')
@@ -277,6 +279,27 @@ def test_projected_gemm_time_and_cpu_note(tmp_path: Path) -> None:
     speed = html.split("id='speed'")[1].split("</table>")[0]
     assert "relative GEMM time, blackwell (projected)" in speed and ">0.25<" in speed
     assert "tokens/s measured" in speed and ">1,000<" in speed
+
+
+def test_projected_gemm_time_builds_the_runs_own_shape(tmp_path: Path) -> None:
+    """The ``[model]`` keys a run set (``ffn_dim`` here) size the projection's model; its
+    zeros keep the name's shape, as in training."""
+    from snip.models import build_model, get_config
+    from snip.plan import PrecisionPlan, cost
+    from snip.report import projected_gemm_time
+
+    layers = [f"layers.{i}.{p}" for i in range(2) for p in PROJ]
+    table = {n: dict.fromkeys(GEMM3, "mxfp4" if "feed_forward" in n else "bf16") for n in layers}
+    plan = PrecisionPlan.from_dict({"version": 1, "default": dict.fromkeys(GEMM3, "bf16"),
+                                    "layers": table})
+    for ffn in (0, 64):
+        run = load_run(_run(tmp_path, f"ffn{ffn}", precision="adaptive", ffn_dim=ffn,
+                            plans=[(0, table)]))
+        model = build_model(get_config("tiny", **({"ffn_hidden": ffn} if ffn else {})),
+                            device="meta")
+        want = {p: cost.relative_gemm_time(plan, model, 1, p) for p in ("hopper", "blackwell")}
+        assert projected_gemm_time(run) == want
+    assert want["blackwell"] > projected_gemm_time(load_run(tmp_path / "ffn0"))["blackwell"]
 
 
 def test_writeback_metrics_are_plotted_when_present(tmp_path: Path) -> None:

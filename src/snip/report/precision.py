@@ -104,17 +104,22 @@ def _gemm_label(run: RunData) -> str:
 
 
 def _model_for(run: RunData) -> Any:
-    import dataclasses
-
+    """The run's model on the meta device (shapes only): ``model.name``'s shape with the
+    ``[model]`` keys the run set (0 keeps the name's, as in training); None if it cannot be
+    built (an unknown name, a Hugging Face directory that moved)."""
+    from snip.errors import UserError
     from snip.models import build_model, get_config
+    from snip.train.config import ModelSection
 
-    model_cfg = dict(run.config.get("model", {}))
-    name = model_cfg.pop("name", None)
+    section = run.config.get("model", {})
+    name = section.get("name")
     if not name:
         return None
+    shape = {field: section[key] for key, field in ModelSection.SHAPE.items()
+             if isinstance(section.get(key), int) and section[key] > 0}
     try:
-        return build_model(dataclasses.replace(get_config(name), **model_cfg), device="meta")
-    except (KeyError, ValueError, TypeError):
+        return build_model(get_config(name, **shape), device="meta")
+    except (KeyError, ValueError, TypeError, OSError, UserError):
         return None
 
 
