@@ -187,6 +187,15 @@ def test_compare_bad_input(base: Path, tmp_path: Path, capsys: pytest.CaptureFix
         assert main(["compare", *argv, *common]) == 2, argv
         err = capsys.readouterr().err.strip()
         assert message in err and "\n" not in err, (argv, err)
+    # a folder that is not a comparison (here a `snip report --out`) is not written into
+    report = tmp_path / "report"
+    report.mkdir()
+    (report / "report.html").write_text("a report")
+    assert main(["compare", "--base", str(base), "--arm", "bf16", "--steps", "2", "--out",
+                 str(report)]) == 2
+    assert "is not a snip compare sweep (it holds report.html)" in capsys.readouterr().err
+    assert [p.name for p in report.iterdir()] == ["report.html"]
+    assert (report / "report.html").read_text() == "a report"
     # bases of different model shapes
     train(from_sources(overrides={**tiny, "run.name": "other", "model.name": "small",
                                   "train.steps": 1}))
@@ -279,3 +288,19 @@ def test_random_family_mean_uses_the_draws_finished_on_every_unit(tmp_path: Path
     fam = rows["random@0.5 (mean of 2)"]
     assert fam["n"] == 4 and fam["diff"] == pytest.approx(0.2)
     assert rows["random@0.5#2"]["n"] == 1
+
+
+def test_a_new_comparison_may_use_an_empty_folder_or_its_own(tmp_path: Path) -> None:
+    from snip.compare.sweep import HYPOTHESES_FILE, SWEEP_FILE, check_new_out
+
+    out = tmp_path / "cmp"
+    check_new_out(out)  # not there yet
+    out.mkdir()
+    check_new_out(out)  # empty
+    (out / HYPOTHESES_FILE).write_text("{}")
+    check_new_out(out)  # kept by a start that stopped before its definition was saved
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(UserError, match="holds notes.txt"):
+        check_new_out(out)
+    (out / SWEEP_FILE).write_text("{}")
+    check_new_out(out)  # a comparison's own folder: rerun, resume or extend it

@@ -61,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from snip import atomic
     from snip.compare import Sweep, load_sweep, parse_arms, run_sweep
-    from snip.compare.sweep import Outcome
+    from snip.compare.sweep import Outcome, check_new_out
     from snip.errors import UserError
 
     if args.resume and args.summarize:
@@ -74,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
         sweep = load_sweep(Path(existing), args.threads)
     else:
         atomic.check_outside(args.out, "--out", own=(args.out, "snip compare sweep"))  # rerun
+        check_new_out(Path(args.out))
         # bases by absolute path: the sweep can be resumed from any working directory
         sweep = Sweep(bases=tuple(os.path.abspath(b) for b in args.base),
                       arms=tuple(parse_arms(args.arm)), steps=args.steps,

@@ -453,6 +453,20 @@ def _write_definition(sweep: Sweep) -> None:
     atomic.write_text(path, text)
 
 
+def check_new_out(out: Path) -> None:
+    """Refuse a new comparison's ``--out`` that holds something other than a comparison (a
+    ``snip report`` folder, the user's own files): the sweep would overwrite its
+    ``report.html`` and mix its files in. A comparison's own folder (its definition there, or
+    only the hypotheses an earlier start kept) is fine: rerun, resumed or extended."""
+    if not out.is_dir() or (out / SWEEP_FILE).is_file():
+        return
+    found = sorted(p.name for p in out.iterdir() if p.name != HYPOTHESES_FILE)
+    if found:
+        shown = ", ".join(found[:3]) + (", ..." if len(found) > 3 else "")
+        raise UserError(f"--out {out} exists and is not a snip compare sweep (it holds {shown}); "
+                        "choose another --out, or remove it")
+
+
 def extends(old: dict[str, Any], new: dict[str, Any]) -> bool:
     """Whether definition ``new`` is ``old`` with more arms (same bases, steps, orders, ...;
     every old arm unchanged and first): its finished branches stay valid, the new arms train."""
