@@ -62,6 +62,20 @@ def test_eval_and_sample_list_no_adaptive_training_options() -> None:
         for flag in ("--precision.every", "--precision.ema_decay", "--precision.budget",
                      "--precision.mode", "--precision.calib_rows"):
             assert flag not in text, (command, flag)
+        # their defaults are the run's, not training's (an empty preset is not fp8 there)
+        blocks = _option_blocks(text)
+        for flag in ("--precision.preset", "--precision.plan", "--precision.accum"):
+            assert blocks[flag].endswith("(default: the run's)"), (command, blocks[flag])
+        assert "fp8_e4m3_tile128" not in blocks["--precision.preset"]
+        assert "re-plans" not in blocks["--precision.accum"]
+    assert _option_blocks(_help("eval"))["--data.path"].endswith("(default: the run's)")
+    assert _option_blocks(_help("train"))["--precision.preset"].endswith("(default: '')")
+
+
+@pytest.mark.parametrize(("command", "flag"), [("sample", "--seed"), ("sample", "--top-k"),
+                                               ("audit", "--seed"), ("compare", "--units")])
+def test_a_default_of_zero_is_shown(command: str, flag: str) -> None:
+    assert _option_blocks(_help(command))[flag].endswith("(default: 0)")
 
 
 def test_train_help_is_grouped_by_section() -> None:

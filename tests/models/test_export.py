@@ -76,3 +76,6 @@ def test_export_without_checkpoint_is_a_clear_error(tmp_path, capsys):
     (tmp_path / "run").mkdir()
     assert main(["export", str(tmp_path / "run"), "--out", str(tmp_path / "o")]) == 2
     assert "has no checkpoints" in capsys.readouterr().err
+    assert main(["export", str(tmp_path / "nope"), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert f"RUN: {tmp_path / 'nope'} does not exist" in err and "--resume" not in err

@@ -105,7 +105,8 @@ class HelpFormatter(argparse.HelpFormatter):
         text = action.help or ""
         default = action.default
         if ("default" in text or action.required or not action.option_strings
-                or default in (None, argparse.SUPPRESS, False, "", [])):
+                or default is None or default is argparse.SUPPRESS or default is False
+                or default in ("", [])):  # (by identity: a default of 0 == False is shown)
             return text
         if isinstance(default, str) and default.strip() != default:  # "\n": show it as such
             return text + f" (default: {default!r})".replace("%", "%%")

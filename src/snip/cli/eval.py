@@ -19,6 +19,10 @@ from pathlib import Path
 COMMAND = "eval"
 HELP = "validation loss/perplexity of a checkpoint, quantized (its plan) and in high precision"
 PRECISION_KEYS = ("precision.preset", "precision.plan", "precision.gemm", "precision.accum")
+# what the precision options do to a trained run's checkpoint (``snip eval``, ``snip sample``)
+PRECISION_OF_RUN = {
+    "precision.preset": "run every GEMM in this preset instead of the run's plan",
+    "precision.plan": "run with this precision plan JSON file instead of the run's plan"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,8 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_run_argument(parser)
     parser.add_argument("--json", metavar="FILE", help="also write the numbers as JSON")
     # the data to evaluate on, and the precision to run in; not the adaptive-training options
-    add_config_options(parser, ("data",))
-    add_config_options(parser, keys=PRECISION_KEYS)
+    add_config_options(parser, ("data",), of_run={})
+    add_config_options(parser, keys=PRECISION_KEYS, of_run=PRECISION_OF_RUN)
     parser.add_argument("--train.eval_batches", dest="cfg:train.eval_batches",
                         default=argparse.SUPPRESS, metavar="INT",
                         help="validation batches spread over the split (default: the run's)")

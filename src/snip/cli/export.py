@@ -58,7 +58,7 @@ def export_hf(run: str | Path, out: str | Path) -> Path:
     from snip.train import checkpoint
 
     _transformers()  # absent: one line naming what to install, before any work
-    path = checkpoint.find(Path(run))
+    path = checkpoint.find(Path(run), "RUN")
     out = Path(out)
     check_out(out, path)
     recorded = checkpoint.verify(path)

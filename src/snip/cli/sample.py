@@ -16,7 +16,7 @@ HELP = "generate text from a checkpoint (with its plan or another precision)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from snip.cli.eval import PRECISION_KEYS
+    from snip.cli.eval import PRECISION_KEYS, PRECISION_OF_RUN
     from snip.cli.train import add_config_options, add_run_argument
 
     add_run_argument(parser)
@@ -27,7 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top-k", type=int, default=0, help="sample among the k most likely "
                                                             "tokens only (0: all)")
     parser.add_argument("--seed", type=int, default=0, help="sampling seed")
-    add_config_options(parser, keys=PRECISION_KEYS)  # not the adaptive-training options
+    add_config_options(parser, keys=PRECISION_KEYS,  # not the adaptive-training options
+                       of_run=PRECISION_OF_RUN)
 
 
 def run(args: argparse.Namespace) -> int:

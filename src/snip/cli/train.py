@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping
 
 from snip import atomic
 from snip.errors import UserError
@@ -45,10 +46,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_config_options(parser: argparse.ArgumentParser, sections: tuple[str, ...] = (),
-                       keys: tuple[str, ...] = ()) -> None:
+                       keys: tuple[str, ...] = (),
+                       of_run: Mapping[str, str] | None = None) -> None:
     """A ``--section.key`` flag for every config option (only those of ``sections``, or only
     the dotted ``keys``, if given), with its help, its default and, for an enumerated value,
-    its choices; grouped by section in ``--help``. `config_overrides` reads them back."""
+    its choices; grouped by section in ``--help``. `config_overrides` reads them back.
+
+    ``of_run``: the options change a trained run's settings (``snip eval``, ``snip sample``),
+    so each one's default is the run's; the mapping gives a key its help for that use."""
     from snip.train.config import NAMES, leaves, plain
 
     groups: dict[str, argparse._ArgumentGroup] = {}
@@ -67,11 +72,15 @@ def add_config_options(parser: argparse.ArgumentParser, sections: tuple[str, ...
         value = plain(leaf.default)
         default = (repr(value) if leaf.type is str else str(value).lower() if leaf.type is bool
                    else repr(",".join(value)) if leaf.type == NAMES else str(value))
+        text = leaf.help
+        if of_run is not None:  # (no re-plans outside training)
+            text = of_run.get(leaf.key, text).replace("; kept across re-plans", "")
+            default = "the run's"
         groups[group].add_argument(
             f"--{leaf.key}", dest=f"{_PREFIX}{leaf.key}", default=argparse.SUPPRESS,
             metavar=kind, nargs="?" if leaf.type is bool else None,
             const="true" if leaf.type is bool else None,
-            help=f"{leaf.help} (default: {default})".replace("%", "%%"))
+            help=f"{text} (default: {default})".replace("%", "%%"))
 
 
 def add_run_argument(parser: argparse.ArgumentParser) -> None:
