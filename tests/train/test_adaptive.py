@@ -105,6 +105,10 @@ def test_train_notes_bf16_gemms_where_native_and_unused(tiny: dict, capsys: pyte
         train(from_sources(overrides={**tiny, "run.name": "d", "train.steps": 1,
                                       "precision.preset": "mxfp4"}))
     assert note not in capsys.readouterr().out  # says only why
+    train(from_sources(overrides={**tiny, "run.name": "c", "train.steps": 2,
+                                  "precision.preset": "mxfp4"}),
+          resume=Path(str(tiny["run.dir"])) / "c")
+    assert note not in capsys.readouterr().out  # --resume cannot change precision.accum
 
 
 def test_compare_and_audit_trainers_keep_the_train_note_to_themselves(

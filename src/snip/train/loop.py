@@ -310,7 +310,9 @@ class Trainer:
             log_path = self.dir / "metrics.jsonl" if self.dist.is_main else None
             tb = self.dir / "tensorboard" if cfg.log.tensorboard and self.dist.is_main else None
             self.log = MetricsLog(log_path, tb, lock=lock)
-        if bf16_note:  # (once the run has started: a start that fails says only why)
+        # (once the run has started: a start that fails says only why; not on --resume,
+        # which keeps the run's precision.accum)
+        if bf16_note and resume is None:
             self._note_bf16_gemms()
         if ckpt is not None and self.branched:
             self.log.log("branch", self.step_count, parent=str(ckpt.path),
@@ -531,7 +533,8 @@ class Trainer:
         (not stderr, where an error is one line) that ``--precision.accum auto`` would run them
         in bf16 (not the default: see its help); once a process.  ``snip compare`` and ``snip
         audit`` build their trainers with ``bf16_note=False``: their arms and runs take the
-        base's or their own settings, with no ``--precision.accum`` of the user's to change."""
+        base's or their own settings, with no ``--precision.accum`` of the user's to change;
+        a resumed run is not told (``--resume`` cannot change it)."""
         global _bf16_noted
         if not _bf16_noted and self.dist.is_main and bf16_gemms_idle(self.model):
             _bf16_noted = True
