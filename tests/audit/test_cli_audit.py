@@ -48,6 +48,13 @@ def test_snip_audit_records_plots_and_masks(tmp_path, capsys):
                "--no-measure"])
     assert rc == 0
     assert "(forecast; not measured)" in capsys.readouterr().out
+    # a rerun into the same --out without --mask-out: the earlier mask stays (a training run
+    # may name it), and the output says it is not this audit's
+    assert main(["audit", "--trace", str(out / "trace.npz"), "--out", str(out),
+                 "--no-measure"]) == 0
+    text = capsys.readouterr().out.splitlines()
+    assert text[-2] == f"note: {mask} left from an earlier audit in {out} (not this one's outputs)"
+    assert str(mask) not in text[-1] and mask.is_file()
 
 
 def test_snip_audit_bad_trace_is_a_user_error(tmp_path, capsys):

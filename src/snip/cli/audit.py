@@ -275,6 +275,7 @@ def run(args: argparse.Namespace) -> int:
     formats = trace.formats if trace is not None else fmts
     _check_run_dirs(out, [*([] if trace else [_run_name(None)]),
                           *([] if args.no_measure else [_run_name(f) for f in formats])])
+    earlier = _earlier_outputs(out)
     out.mkdir(parents=True, exist_ok=True)
     cfg = (trace.meta.get("settings") if trace else None) or _settings(args)
     val: dict[str, float] = {}
@@ -304,9 +305,29 @@ def run(args: argparse.Namespace) -> int:
         print(_plain(fmt, args.policy, s, val, trace.shapes))
     runs = [d for d in ("reference", *(f"measured_{f}" for f in trace.formats))
             if (out / d / "config.toml").is_file()]
+    stale = [n for n in earlier if n not in written and (out / n).is_file()]
+    if stale:  # kept (a training run may name the old mask), but not passed off as this one's
+        print(f"note: {', '.join(str(out / n) for n in stale)} left from an earlier audit in "
+              f"{out} (not this one's outputs)")
     print(f"wrote {', '.join(str(out / w) for w in written)}"
           + (f"; run directories {', '.join(str(out / d) + '/' for d in runs)}" if runs else ""))
     return 0
+
+
+def _earlier_outputs(out: Path) -> list[str]:
+    """The files an earlier audit into ``out`` wrote besides those every audit rewrites: its
+    mask and its formats' plots, from its ``summary.json`` (none if there is none)."""
+    try:
+        summary = json.loads((out / "summary.json").read_text())
+    except (OSError, ValueError):
+        return []
+    if not isinstance(summary, dict):
+        return []
+    names = [f"frozen_{f}.png" for f in summary.get("formats") or {}]
+    mask = summary.get("mask")
+    if isinstance(mask, dict) and isinstance(mask.get("path"), str):
+        names.append(Path(mask["path"]).name)
+    return names
 
 
 def _plain(fmt: str, policy: str, s: dict, val: dict[str, float], shapes: dict) -> str:
