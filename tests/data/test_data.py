@@ -1,3 +1,5 @@
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -91,6 +93,43 @@ def test_bpe_train_save_load_round_trip(small_texts, tmp_path):
     assert load_tokenizer(tok.to_dict()).encode(sample) == ids
     with pytest.raises(ValueError, match="vocab_size"):
         train_bpe(small_texts, vocab_size=100)
+
+
+def test_a_hugging_face_tokenizer_json_with_its_end_of_text_at_any_id(small_texts, tmp_path):
+    """A byte-level BPE trained with `tokenizers` itself, ``<|endoftext|>`` added last (GPT-2's
+    layout), loads from its own tokenizer.json and separates documents with that id; one with
+    no end-of-text token is refused in one line."""
+    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+
+    from snip.data.corpus import Document, tokenize_documents
+    from snip.data.tokenizer import save_hf_tokenizer
+    from snip.errors import UserError
+
+    hf = HFTokenizer(models.BPE())
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    hf.decoder = decoders.ByteLevel()
+    hf.train_from_iterator(small_texts, trainer=trainers.BpeTrainer(
+        vocab_size=400, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False))
+    hf.save(str(tmp_path / "plain.json"))
+    with pytest.raises(UserError, match="no end-of-text token"):
+        load_tokenizer(tmp_path / "plain.json")
+    hf.add_special_tokens(["<|endoftext|>"])
+    hf.save(str(tmp_path / "tokenizer.json"))
+    tok = load_tokenizer(tmp_path / "tokenizer.json")
+    assert tok.eot_id == tok.vocab_size - 1 == 400 and tok.decode(tok.encode("a = 1")) == "a = 1"
+    docs = []
+    for i, text in enumerate(("def f(): pass\n", "x = 2\n")):
+        (tmp_path / f"d{i}.py").write_text(text)
+        docs.append(Document(f"d{i}.py", tmp_path / f"d{i}.py"))
+    stream = tokenize_documents(docs, tok)
+    assert [i for i, t in enumerate(stream) if t == 400] == [len(tok.encode("def f(): pass\n")),
+                                                             len(stream) - 1]
+    (tmp_path / "hf").mkdir()
+    save_hf_tokenizer(tok, tmp_path / "hf", 128)
+    assert json.loads((tmp_path / "hf" / "tokenizer_config.json").read_text())["eos_token"] \
+        == "<|endoftext|>"
 
 
 def test_load_tokenizer_errors(tmp_path):

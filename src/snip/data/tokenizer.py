@@ -9,6 +9,9 @@ A tokenizer maps text to integer ids in [0, vocab_size) and back. Two are built 
 - `BPETokenizer`: byte-level BPE trained with the Hugging Face `tokenizers` library. Text is
   first mapped to bytes (so any string round-trips), then the most frequent adjacent pairs are
   merged until the vocabulary reaches `vocab_size`; id 0 is the special `<|endoftext|>` token.
+  A Hugging Face ``tokenizer.json`` of any byte-level BPE loads too (GPT-2's, or one you trained
+  with `tokenizers`): its documents are separated by its end-of-text token (the first of
+  `EOT_TEXTS` it has, at whatever id), and ids are stored as uint16, so at most 65536 of them.
   For source code a 4096-entry vocabulary cuts sequence length about 3x against bytes. Train it
   on the training split only (`snip.data.corpus.iter_texts(split="train")`), so validation text
   never shapes the vocabulary, and keep its JSON in the run directory next to the checkpoints.
@@ -35,6 +38,9 @@ from snip import jsonfile
 from snip.errors import MissingFileError, UserError
 
 EOT_TEXT = "<|endoftext|>"
+# end-of-text tokens a loaded tokenizer may use to separate documents, in order of preference
+EOT_TEXTS = (EOT_TEXT, "<|end_of_text|>", "</s>", "<eos>")
+MAX_VOCAB = 65536  # token ids are stored as uint16
 
 
 @runtime_checkable
@@ -87,13 +93,18 @@ class BPETokenizer:
     """Byte-level BPE backed by a `tokenizers.Tokenizer`."""
 
     name = "bpe"
-    eot_id = 0
 
     def __init__(self, tokenizer: Any):
         self._tok = tokenizer
         self.vocab_size: int = tokenizer.get_vocab_size()
-        if tokenizer.token_to_id(EOT_TEXT) != self.eot_id:
-            raise UserError(f"BPE tokenizer must have {EOT_TEXT!r} as id 0")
+        if self.vocab_size > MAX_VOCAB:
+            raise UserError(f"the tokenizer has {self.vocab_size} tokens; snip stores token ids "
+                            f"as uint16, so at most {MAX_VOCAB}")
+        found = [(t, i) for t in EOT_TEXTS if (i := tokenizer.token_to_id(t)) is not None]
+        if not found:
+            raise UserError(f"the tokenizer has no end-of-text token to separate documents "
+                            f"(one of {', '.join(EOT_TEXTS)}); add one as a special token")
+        self.eot_text, self.eot_id = found[0]
 
     @classmethod
     def train(cls, texts: Iterable[str], vocab_size: int = 4096) -> BPETokenizer:
@@ -222,7 +233,7 @@ def save_hf_tokenizer(tok: Tokenizer, out: str | Path, model_max_length: int) ->
     config: dict[str, Any] = {"tokenizer_class": "PreTrainedTokenizerFast",
                               "model_max_length": model_max_length,
                               "clean_up_tokenization_spaces": False}
-    if isinstance(tok, BPETokenizer):  # id 0 is a real special token there, not a byte
-        config["eos_token"] = EOT_TEXT
+    if isinstance(tok, BPETokenizer):  # a real special token there, not a byte
+        config["eos_token"] = tok.eot_text
     files[1].write_text(json.dumps(config, indent=1) + "\n")
     return files

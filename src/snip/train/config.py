@@ -170,7 +170,9 @@ class ModelSection:
 class DataSection:
     path: str = opt("", "text file, directory of text files, or .bin token file; empty: the "
                         "embedded corpus (Python standard-library sources)")
-    tokenizer: str = opt("byte", "'byte' (256 symbols) or a tokenizer.json file (BPE)")
+    tokenizer: str = opt("byte", "'byte' (256 symbols) or a tokenizer.json file (byte-level "
+                                 "BPE with an end-of-text token, e.g. <|endoftext|>; README: "
+                                 "Tokenizers)")
     val_fraction: float = opt(0.05, "share of the corpus held out for validation")
     order_seed: int = opt(-1, "seed of the training batch order (-1: the run's seed); a branch "
                               "(--init-from) with another order_seed sees other batches")
