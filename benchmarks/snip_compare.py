@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     argv_compare = ["compare", *(a for b in bases for a in ("--base", str(b))),
                     "--steps", str(args.steps), "--orders", str(args.orders),
-                    "--reference", args.high, "--gap", "low", "--candidates",
+                    "--reference", args.high, "--gap", "low", "--precision.candidates",
                     f"{args.high},{args.low}", "--eval-batches", str(args.eval_batches),
                     "--threads", str(args.threads), *(["--arm-major"] if args.arm_major else []),
                     "--out", str(sweep_dir),

@@ -44,3 +44,16 @@ def test_the_old_spelling_says_it_is_deprecated() -> None:
         "snip audit: --steps is deprecated, use --train.steps (the old spelling goes in the "
         "next release)"]
     assert deprecations("plan", ["--precision.budget", "0.5"]) == []
+
+
+@pytest.mark.parametrize("form", [["bf16", "mxfp4"], ["bf16,mxfp4"], ["bf16,", "mxfp4"]])
+def test_a_list_option_takes_names_or_name_comma_name_in_every_command(form: list[str]) -> None:
+    from snip.cli.train import config_overrides
+    from snip.train import from_sources
+    from snip.train.config import split_names
+
+    train = config_overrides(_parse(["train", "--precision.candidates", *form]))
+    assert from_sources(overrides=train).precision.candidates == ("bf16", "mxfp4")
+    for command in ("plan", "compare"):
+        parsed = _parse([command, "--precision.candidates", *form]).candidates
+        assert split_names(parsed) == ("bf16", "mxfp4"), command

@@ -209,7 +209,7 @@ def test_oracle_arm_added_to_a_finished_sweep(base: Path, tmp_path: Path,
                                               capsys: pytest.CaptureFixture) -> None:
     out = tmp_path / "cmp"
     common = ["compare", "--base", str(base), "--steps", "2", "--eval-batches", "2",
-              "--candidates", "bf16,fp4_e2m1_tensor", "--out", str(out), "--threads", "1",
+              "--precision.candidates", "bf16,fp4_e2m1_tensor", "--out", str(out), "--threads", "1",
               "--arm", "bf16", "--arm", "snip@0.75"]
     assert main(common) == 0
     capsys.readouterr()

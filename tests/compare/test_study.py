@@ -207,7 +207,8 @@ def test_study_arms_end_to_end(base: Path, tmp_path: Path,
         {"id": "C", "statement": "ceiling", "contrasts": [["snip@0.75/every:2",
                                                            "search:random@0.75/unit"]]}]}))
     argv = ["compare", "--base", str(base), "--steps", "4", "--orders", "2", "--eval-batches",
-            "4", "--candidates", "bf16,fp4_e2m1_tensor", "--out", str(out), "--threads", "1",
+            "4", "--precision.candidates", "bf16,fp4_e2m1_tensor", "--out", str(out),
+            "--threads", "1",
             "--hypotheses", str(hyp), "--reference", "bf16",
             *(x for a in ["bf16", "snip@0.75/every:2", "snip@0.75/once", "random_top@0.75:1",
                           "layer_type_rev@0.75", "oracle@0.75", "random@0.75x2/unit"]

@@ -60,6 +60,11 @@ def test_warnings(tmp_path, capsys) -> None:
     assert main(["plan", "--table", str(path), "--budget", "0.5", "--method", "uniform",
                  "--candidates", "bf16", "nvfp4", "--out", str(tmp_path / "u.json")]) == 0
     assert "exceeds the budget 0.5" in capsys.readouterr().err
+    # the list as NAME,NAME, as train and compare take it: the same plan
+    assert main(["plan", "--table", str(path), "--budget", "0.5", "--method", "uniform",
+                 "--precision.candidates", "bf16,nvfp4", "--out", str(tmp_path / "v.json")]) == 0
+    u, v = (json.loads((tmp_path / f).read_text()) for f in ("u.json", "v.json"))
+    assert v["layers"] == u["layers"] and v["meta"]["candidates"] == ["bf16", "nvfp4"]
 
 
 def test_oracle_from_damage_file(table_file, tmp_path) -> None:

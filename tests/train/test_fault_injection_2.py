@@ -339,7 +339,7 @@ def test_compare_checks_every_arm_before_training(run6: Path, tmp_path: Path,
     out = tmp_path / "cmp"
     common = ["compare", "--base", str(run6), "--steps", "2", "--train.eval_batches", "2",
               "--out", str(out), "--train.threads", "1"]
-    assert main([*common, "--arm", "bf16", "--arm", "snip@0.5", "--candidates",
+    assert main([*common, "--arm", "bf16", "--arm", "snip@0.5", "--precision.candidates",
                  "bf16,bogus"]) == 2
     assert "arm snip@0.5" in _one_line(capsys)
     plan = tmp_path / "bad.json"
@@ -397,6 +397,11 @@ def test_a_sweep_with_rows_held_elsewhere_exits_non_zero(
     out = tmp_path / "cmp"
     held = out / "runs" / "b0_o0" / "fp32"
     held.mkdir(parents=True)
+    # the other worker started the same comparison: its definition is there
+    from snip.compare import parse_arms
+
+    S._write_definition(S.Sweep(bases=(os.path.abspath(run6),), arms=tuple(parse_arms(
+        ["bf16", "fp32"])), steps=1, orders=1, eval_batches=2, out=str(out), threads=1))
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     try:
         (held / S.CLAIM_FILE).write_text(json.dumps(

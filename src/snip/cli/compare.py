@@ -39,9 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
       help="report the share of the reference-to-ARM gap each arm closes (when it resolves)")
     a("--eval-batches", type=int, default=32,
       help="validation batches, spread over the whole split, for every arm's final evaluation")
-    a("--candidates", default="", metavar="PRESETS",
-      help="comma-separated candidate presets of the adaptive arms, high precision first "
-           "(default: the planner's, fp8_e4m3_tile128,fp4_e2m1_tile128)")
+    a("--precision.candidates", "--candidates", dest="candidates", nargs="+", default=[],
+      metavar="PRESET", help="candidate presets of the adaptive arms, high precision first "
+      "(NAME NAME or NAME,NAME; default: the planner's, fp8_e4m3_tile128 fp4_e2m1_tile128)")
     a("--out", default="runs/compare", metavar="DIR", help="output directory")
     a("--threads", type=int, default=0, help="torch CPU threads (0: the trainer's default)")
     a("--arm-major", action="store_true",
@@ -63,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
     from snip.compare import Sweep, load_sweep, parse_arms, run_sweep
     from snip.compare.sweep import Outcome, check_new_out
     from snip.errors import UserError
+    from snip.train.config import split_names
 
     if args.resume and args.summarize:
         raise UserError("give either --resume DIR or --summarize DIR, not both")
@@ -79,7 +80,8 @@ def run(args: argparse.Namespace) -> int:
         sweep = Sweep(bases=tuple(os.path.abspath(b) for b in args.base),
                       arms=tuple(parse_arms(args.arm)), steps=args.steps,
                       orders=args.orders, reference=args.reference or "", gap=args.gap,
-                      eval_batches=args.eval_batches, candidates=args.candidates,
+                      eval_batches=args.eval_batches,
+                      candidates=",".join(split_names(args.candidates)),
                       out=args.out, threads=args.threads)
     if args.hypotheses:
         _keep_hypotheses(Path(args.hypotheses), Path(sweep.out))

@@ -229,6 +229,7 @@ def run(args: argparse.Namespace) -> int:
     from snip import atomic
     from snip.planner import DEFAULT_CANDIDATES, Budget, Damage, solution
     from snip.sensitivity import SensitivityTable
+    from snip.train.config import split_names
 
     if args.calib_batches is not None and args.calib_batches < 1:
         raise UserError(f"--precision.calib_batches={args.calib_batches} must be >= 1")
@@ -252,7 +253,7 @@ def run(args: argparse.Namespace) -> int:
                         "single-unit damage, snip.planner.measure_damage)")
     source: dict = {}
     if args.checkpoint is not None:
-        cands = tuple(args.candidates or DEFAULT_CANDIDATES)
+        cands = split_names(args.candidates or DEFAULT_CANDIDATES)
         table, path = _measure(args, cands)
         source["checkpoint"] = str(path)
         save = args.save_table or args.table
@@ -261,7 +262,7 @@ def run(args: argparse.Namespace) -> int:
             table.to_json(save)
     else:
         table = SensitivityTable.from_json(args.table)
-        cands = tuple(args.candidates) if args.candidates else None
+        cands = split_names(args.candidates) if args.candidates else None
         source["table"] = str(args.table)
         if args.save_table is not None:
             table.to_json(args.save_table)

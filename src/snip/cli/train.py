@@ -64,7 +64,7 @@ def add_config_options(parser: argparse.ArgumentParser, sections: tuple[str, ...
         group = section if "." in leaf.key else "general"  # top-level keys such as seed
         if group not in groups:
             groups[group] = parser.add_argument_group(f"{group} options")
-        kind = "BOOL" if leaf.type is bool else "NAME,NAME" if leaf.type == NAMES \
+        kind = "BOOL" if leaf.type is bool else "NAME" if leaf.type == NAMES \
             else leaf.type.__name__.upper()
         choices = leaf.choices
         if choices:
@@ -78,7 +78,8 @@ def add_config_options(parser: argparse.ArgumentParser, sections: tuple[str, ...
             default = "the run's"
         groups[group].add_argument(
             f"--{leaf.key}", dest=f"{_PREFIX}{leaf.key}", default=argparse.SUPPRESS,
-            metavar=kind, nargs="?" if leaf.type is bool else None,
+            metavar=kind,  # a list: NAME NAME or NAME,NAME
+            nargs="?" if leaf.type is bool else "+" if leaf.type == NAMES else None,
             const="true" if leaf.type is bool else None,
             help=f"{text} (default: {default})".replace("%", "%%"))
 

@@ -32,7 +32,7 @@ import re
 import time
 import tomllib
 import typing
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -95,7 +95,13 @@ class PrecisionMode(enum.Enum):
 WritebackPolicy = enum.Enum("WritebackPolicy",
                             {"NONE": "none", **{p.name: p.value for p in Policy}})
 WRITEBACK_POLICIES = tuple(p.value for p in WritebackPolicy)
-NAMES = tuple[str, ...]  # a list option: a TOML array, or NAME,NAME on the command line
+NAMES = tuple[str, ...]  # a list option: a TOML array, or NAME NAME / NAME,NAME on the command line
+
+
+def split_names(items: Sequence[str]) -> tuple[str, ...]:
+    """A list option's names from ``["a", "b"]``, ``["a,b"]`` or a mix (the command line's
+    ``NAME NAME`` or ``NAME,NAME``, every command alike); blanks dropped."""
+    return tuple(n.strip() for v in items for n in v.split(",") if n.strip())
 
 
 def _positive(key: str, value: float) -> None:
@@ -533,10 +539,9 @@ def coerce(key: str, value: Any, tp: Any) -> Any:
             return tp(value)
         raise UserError(f"{key} must be one of {', '.join(m.value for m in tp)}; got {value!r}")
     if tp == NAMES:
-        if isinstance(value, str):
-            return tuple(v.strip() for v in value.split(",") if v.strip())
-        if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
-            return tuple(v.strip() for v in value if v.strip())
+        items = [value] if isinstance(value, str) else value
+        if isinstance(items, list | tuple) and all(isinstance(v, str) for v in items):
+            return split_names(items)
         raise UserError(f"{key} expects a list of names (or NAME,NAME), got {value!r}")
     if tp is bool:
         if isinstance(value, bool):
