@@ -34,7 +34,7 @@ def test_snip_audit_records_plots_and_masks(tmp_path, capsys):
     assert "% of weights never moved" in line
     # every output, the mask included, is under --out, and the last line names each file
     assert text[-1].startswith("wrote ") and str(mask) in text[-1]
-    files = {p for p in out.iterdir() if p.is_file()}
+    files = {p for p in out.iterdir() if p.is_file() and p.name != ".lock"}  # (its lock)
     assert files == {out / "summary.json", out / "trace.npz", out / "frozen_e4m3.png", mask}
     for f in files:
         assert str(f) in text[-1]
@@ -127,3 +127,48 @@ def test_snip_audit_with_a_runs_settings(tmp_path, tiny):
               (tmp_path / "b" / "reference" / "metrics.jsonl").read_text().splitlines()]
     assert [e["step"] for e in events if e["event"] == "train"] == list(range(7, 13))
     assert main(["audit", "--run", str(tmp_path), "--out", str(tmp_path / "c")]) == 2
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--train.steps", "0"], "--train.steps 0 must be >= 1"),
+    (["--tile-size", "0"], "--tile-size 0 must be >= 1"),
+    (["--tile-size", "-1"], "--tile-size -1 must be >= 1"),
+    (["--every", "0"], "--every 0 must be >= 1"),
+    (["--score-steps", "-1"], "--score-steps -1 must be >= 0"),
+    (["--mask-fraction", "2", "--mask-out", "m.json"], "--mask-fraction 2.0 must lie in [0, 1]"),
+    (["--every", "10"], "--every 10 is more than the 5 steps the audit trains"),
+])
+def test_snip_audit_bad_numbers_write_nothing(tmp_path, capsys, argv, message):
+    """Refused before the reference run starts (they crashed, or were refused, after it)."""
+    out = tmp_path / "out"
+    assert main(["audit", "--out", str(out), "--train.steps", "5", *argv]) == 2
+    assert not out.exists()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+
+
+def test_snip_audit_stops_at_ctrl_c_and_summarizes_nothing(tmp_path, capsys, ctrl_c_after):
+    """An interrupted run would be compared with whole ones: the audit ends there, exit 130."""
+    out = tmp_path / "out"
+    with ctrl_c_after(2):
+        rc = main(["audit", "--out", str(out), "--train.steps", "6", "--train.batch_size", "2",
+                   "--train.seq_len", "16", "--formats", "e4m3", "--train.threads", "1"])
+    assert rc == 130
+    assert f"interrupted in {out / 'reference'}; nothing summarized" in capsys.readouterr().err
+    assert not (out / "measured_e4m3").exists()
+    assert {p.name for p in out.iterdir()} == {".lock", "reference"}  # no trace, plot, summary
+
+
+def test_snip_audit_out_is_one_audits_at_a_time(tmp_path, capsys):
+    from snip.train.rundir import RunLock
+
+    out = tmp_path / "out"
+    with RunLock(out):  # another audit writing there
+        assert main(["audit", "--out", str(out), "--train.steps", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "in use by another snip process" in err[0]
+    assert err[0].endswith("choose another --out") and [p.name for p in out.iterdir()] == [".lock"]
+    (tmp_path / "file").write_text("")
+    assert main(["audit", "--out", str(tmp_path / "file" / "out"), "--train.steps", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "file" in err[0], err  # one line, not an OSError's traceback

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from pathlib import Path
 
 from snip.errors import UserError
@@ -67,7 +68,33 @@ def _settings(args: argparse.Namespace) -> dict:
     if args.run:
         return {"run": str(Path(args.run).resolve()), "steps": args.steps}
     keys = ("model", "batch", "seq_len", "lr", "weight_decay", "seed")
-    return {**{k: getattr(args, k) for k in keys}, "steps": args.steps or 200}
+    return {**{k: getattr(args, k) for k in keys},
+            "steps": 200 if args.steps is None else args.steps}
+
+
+def _check_numbers(args: argparse.Namespace) -> None:
+    """The audit's own numbers, before anything trains or is written."""
+    for flag, value, low in (("--train.steps", args.steps, 1), ("--tile-size", args.tile_size, 1),
+                             ("--every", args.every, 1), ("--score-steps", args.score_steps, 0)):
+        if value is not None and value < low:
+            raise UserError(f"{flag} {value} must be >= {low}")
+    if not 0 <= args.mask_fraction <= 1:
+        raise UserError(f"--mask-fraction {args.mask_fraction} must lie in [0, 1]")
+
+
+def _check_cadence(cfg: dict, out: Path, every: int) -> None:
+    """``--every`` within the steps the runs will train (else the trace would hold none)."""
+    from snip.train import checkpoint
+
+    cfg_run, ckpt = _config(cfg, {"run.dir": str(out), "run.name": "reference"})
+    steps = cfg_run.train.steps - (int(checkpoint.verify(ckpt)["step"]) if ckpt else 0)
+    if every > steps:
+        raise UserError(f"--every {every} is more than the {steps} steps the audit trains: "
+                        "its trace would record no step; lower --every")
+
+
+class Interrupted(Exception):
+    """An audit run stopped by Ctrl-C or SIGTERM: the audit ends there, summarizing nothing."""
 
 
 def _config(cfg: dict, values: dict):
@@ -139,6 +166,8 @@ def _run(cfg: dict, out: Path, *, fmt: str | None = None, policy: str = "rne",
         result = trainer.run()
     finally:
         trainer.close()
+    if result.interrupted:  # its runs would not compare (one of them cut short)
+        raise Interrupted(str(out / name))
     return (recorder if fmt is None else trainer.writeback.wb), result.val_loss
 
 
@@ -262,8 +291,10 @@ def run(args: argparse.Namespace) -> int:
     from snip import atomic
     from snip.audit import ReferenceTrace
     from snip.formats import get_element
+    from snip.train.rundir import RunLock
 
     mask_name = _mask_name(args.mask_out)  # a bad name: nothing written
+    _check_numbers(args)
     # an unknown format: nothing written (the recorder would refuse it after the reference
     # run had started); names as the runs will be called (``E4M3`` -> ``measured_e4m3``)
     fmts = [get_element(f).name for f in args.formats]
@@ -275,9 +306,26 @@ def run(args: argparse.Namespace) -> int:
     formats = trace.formats if trace is not None else fmts
     _check_run_dirs(out, [*([] if trace else [_run_name(None)]),
                           *([] if args.no_measure else [_run_name(f) for f in formats])])
-    earlier = _earlier_outputs(out)
-    out.mkdir(parents=True, exist_ok=True)
     cfg = (trace.meta.get("settings") if trace else None) or _settings(args)
+    if trace is None:
+        _check_cadence(cfg, out, args.every)
+    earlier = _earlier_outputs(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise atomic.write_error(e, out) from None
+    with RunLock(out, "--out"):  # one audit at a time writes into --out
+        try:
+            return _audit(args, out, trace, cfg, rec_kw, mask_name, earlier)
+        except Interrupted as stopped:
+            print(f"snip audit: interrupted in {stopped}; nothing summarized (its checkpoint "
+                  "is saved; rerun the audit to replace its runs)", file=sys.stderr)
+            return 130
+
+
+def _audit(args: argparse.Namespace, out: Path, trace, cfg: dict, rec_kw: dict,
+           mask_name: str | None, earlier: list[str]) -> int:
+    """The runs, the trace, the plots, the mask and the summary, under ``out``'s lock."""
     val: dict[str, float] = {}
     if trace is None:
         recorder, val["fp32"] = _run(cfg, out, recorder_kw=rec_kw, threads=args.threads)

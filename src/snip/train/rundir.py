@@ -32,8 +32,9 @@ LOCK_NAME = ".lock"
 class RunLock:
     """The exclusive writer lock of one run directory (see the module docstring)."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, flag: str = "--run.name") -> None:
         self.path = Path(run_dir) / LOCK_NAME
+        self.flag = flag  # the option that chooses another directory, for the refusal
         self._fd: int | None = None
 
     def acquire(self) -> RunLock:
@@ -51,7 +52,7 @@ class RunLock:
                 raise
             raise UserError(f"run directory {self.path.parent} is in use by another snip "
                             f"process (PID {holder}); wait for it to finish or stop it, or "
-                            "choose another --run.name") from None
+                            f"choose another {self.flag}") from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd
