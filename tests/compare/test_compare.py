@@ -304,3 +304,38 @@ def test_a_new_comparison_may_use_an_empty_folder_or_its_own(tmp_path: Path) -> 
         check_new_out(out)
     (out / SWEEP_FILE).write_text("{}")
     check_new_out(out)  # a comparison's own folder: rerun, resume or extend it
+
+
+def test_bad_hypotheses_are_refused_before_anything_trains(base: Path, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture) -> None:
+    """A hypotheses file is checked (its shape, its arms) before the first branch trains and
+    kept only when the sweep starts: a bad one never locks a sweep out of its results."""
+    out = tmp_path / "cmp"
+    common = ["compare", "--base", str(base), "--arm", "bf16", "--arm", "mxfp4", "--steps", "2",
+              "--train.eval_batches", "2", "--out", str(out)]
+    good = {"delta_min": 0.01, "hypotheses": [{"id": "h", "statement": "s",
+                                               "contrasts": [["mxfp4", "bf16"]]}]}
+    cases = [(json.dumps([1, 2]), "not a hypotheses object"),
+             (b"\xff\xfe{", "not a JSON file"),
+             (json.dumps({**good, "delta_min": -1}), "delta_min must be a number of nats > 0"),
+             (json.dumps({"delta_min": 0.01, "hypotheses": {"id": "h"}}), "must be a list"),
+             (json.dumps({"delta_min": 0.01, "hypotheses": [{"id": "h", "statement": "s",
+                                                             "contrasts": [["mxfp4", "nope"]]}]}),
+              "hypothesis h names 'nope', which is not an arm")]
+    hyp = tmp_path / "h.json"
+    for text, message in cases:
+        hyp.write_bytes(text if isinstance(text, bytes) else text.encode())
+        assert main([*common, "--hypotheses", str(hyp)]) == 2, message
+        err = capsys.readouterr().err.strip()
+        assert message in err and "\n" not in err, (message, err)
+        assert not out.exists()  # nothing trained, nothing kept
+    # a start that fails on its arms keeps no hypotheses either
+    plan = tmp_path / "bad_plan.json"
+    plan.write_text(json.dumps({"version": 1, "default": {"fprop": "bf16", "dgrad": "bf16",
+                                                          "wgrad": "bf16"},
+                                "layers": {"no.such.layer": {"fprop": "bf16", "dgrad": "bf16",
+                                                             "wgrad": "bf16"}}}))
+    hyp.write_text(json.dumps(good))
+    assert main([*common, "--arm", f"x=plan:{plan}", "--hypotheses", str(hyp)]) == 2
+    capsys.readouterr()
+    assert not (out / "hypotheses.json").exists()

@@ -61,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from snip import atomic
     from snip.compare import Sweep, load_sweep, parse_arms, run_sweep
-    from snip.compare.sweep import Outcome, check_new_out
+    from snip.compare.sweep import Outcome, check_new_out, keep_hypotheses
     from snip.errors import UserError
     from snip.train.config import split_names
 
@@ -83,9 +83,13 @@ def run(args: argparse.Namespace) -> int:
                       eval_batches=args.eval_batches,
                       candidates=",".join(split_names(args.candidates)),
                       out=args.out, threads=args.threads)
-    if args.hypotheses:
-        _keep_hypotheses(Path(args.hypotheses), Path(sweep.out))
-    outcome = Outcome.FINISHED if args.summarize else run_sweep(sweep, arm_major=args.arm_major)
+    hypotheses = Path(args.hypotheses) if args.hypotheses else None
+    if args.summarize:
+        if hypotheses is not None:
+            keep_hypotheses(hypotheses, sweep)
+        outcome = Outcome.FINISHED
+    else:
+        outcome = run_sweep(sweep, arm_major=args.arm_major, hypotheses=hypotheses)
     md, js, report = _write(sweep, args.reference or None, args.gap or None, args.units)
     print(md.read_text())
     print(f"wrote {md}, {js}" + (f" and {report}" if report else ""))
@@ -98,29 +102,6 @@ def run(args: argparse.Namespace) -> int:
               f"it finishes, run: snip compare --summarize {sweep.out}", file=sys.stderr)
         return 3
     return 0
-
-
-def _keep_hypotheses(path: Path, out: Path) -> None:
-    """Copy the hypotheses file into the sweep; a different one already there is refused (the
-    pre-registered hypotheses of a sweep never change)."""
-    import json
-
-    from snip.compare.sweep import HYPOTHESES_FILE
-    from snip.errors import UserError
-
-    if not path.is_file():
-        raise UserError(f"--hypotheses {path}: no such file")
-    text = path.read_text()
-    try:
-        json.loads(text)
-    except json.JSONDecodeError as e:
-        raise UserError(f"--hypotheses {path}: not JSON ({e})") from None
-    kept = out / HYPOTHESES_FILE
-    if kept.is_file() and json.loads(kept.read_text()) != json.loads(text):
-        raise UserError(f"{kept} holds other hypotheses; a sweep's pre-registered hypotheses "
-                        "do not change (use another --out)")
-    out.mkdir(parents=True, exist_ok=True)
-    kept.write_text(text)
 
 
 def compare_report(out: Path) -> Path | None:

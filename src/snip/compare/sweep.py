@@ -247,13 +247,18 @@ class Outcome(enum.Enum):
 
 
 def run_sweep(sweep: Sweep, echo: Callable[[str], None] = print,
-              arm_major: bool = False) -> Outcome:
+              arm_major: bool = False, hypotheses: Path | None = None) -> Outcome:
     """Train every missing (unit, arm) in :func:`schedule` order. Every branch is checked
-    (its config, its plan against the model) before the first one trains, and the definition
+    (its config, its plan against the model) and the ``hypotheses`` file against the arms
+    before the first one trains, and the definition (and the hypotheses, `keep_hypotheses`)
     is saved only then; returns how the sweep ended (truthy when every branch finished)."""
     infos = check_bases(sweep.bases)
     check_branches(sweep, infos)
+    if hypotheses is not None:
+        keep_hypotheses(hypotheses, sweep, write=False)
     _write_definition(sweep)
+    if hypotheses is not None:
+        keep_hypotheses(hypotheses, sweep)
     progress = Progress(total=len(sweep.units) * len(sweep.arms), echo=echo)
     held: list[str] = []
     for unit, arm in schedule(sweep, arm_major):
@@ -660,6 +665,60 @@ def summarize(sweep: Sweep, reference: str | None = None, gap: str | None = None
     return s
 
 
+def read_hypotheses(path: Path, where: str) -> dict[str, Any]:
+    """A hypotheses file's JSON object (`UserError` naming ``where`` if it is none)."""
+    try:
+        d = json.loads(path.read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"{where}: no such file") from None
+    except (OSError, ValueError) as e:  # (UnicodeDecodeError and JSONDecodeError included)
+        raise UserError(f"{where}: not a JSON file ({type(e).__name__}: {e})") from None
+    if not isinstance(d, dict):
+        raise UserError(f"{where}: not a hypotheses object ({{\"delta_min\": nats, "
+                        f"\"hypotheses\": [...]}})")
+    return d
+
+
+def hypotheses_of(d: dict[str, Any], where: str, sweep: Sweep) -> list[HypothesisSpec]:
+    """The hypotheses of file ``d``, checked against ``sweep`` (its arms and random families)
+    before any branch trains: a positive ``delta_min``, a list of well-formed hypotheses, and
+    every label one of the sweep's."""
+    delta = d.get("delta_min")
+    if isinstance(delta, bool) or not isinstance(delta, int | float) or not delta > 0:
+        raise UserError(f"{where}: delta_min must be a number of nats > 0, got {delta!r}")
+    items = d.get("hypotheses", [])
+    if not isinstance(items, list) or not all(isinstance(h, dict) for h in items):
+        raise UserError(f"{where}: hypotheses must be a list of objects {{id, statement, "
+                        "contrasts}}")
+    diag = d.get("diagnostics", {})
+    if not isinstance(diag, dict):
+        raise UserError(f"{where}: diagnostics must be an object ({{\"damage_arm\": ARM}})")
+    specs = [HypothesisSpec.from_dict(h) for h in items]
+    families = _families(sweep.arms)
+    labels = {a.label for a in sweep.arms} | set(families) | {f"search:{f}" for f in families}
+    for h in specs:
+        for label in (x for pair in h.contrasts for x in pair):
+            if label not in labels:
+                raise UserError(f"{where}: hypothesis {h.id} names {label!r}, which is not an "
+                                f"arm or random family of the sweep")
+    return specs
+
+
+def keep_hypotheses(path: Path, sweep: Sweep, write: bool = True) -> None:
+    """Check the hypotheses file ``path`` (`hypotheses_of`) and that the sweep keeps none
+    other, then (``write``) keep it as ``OUT/hypotheses.json``: a sweep's pre-registered
+    hypotheses never change."""
+    where = f"--hypotheses {path}"
+    d = read_hypotheses(path, where)
+    hypotheses_of(d, where, sweep)
+    kept = Path(sweep.out) / HYPOTHESES_FILE
+    if kept.is_file() and read_hypotheses(kept, str(kept)) != d:
+        raise UserError(f"{kept} holds other hypotheses; a sweep's pre-registered hypotheses "
+                        "do not change (use another --out)")
+    if write:  # the file as the user wrote it
+        atomic.write_text(kept, path.read_bytes().decode("utf-8"))
+
+
 def _hypotheses(sweep: Sweep, results: dict, families: dict[str, list[str]]
                 ) -> tuple[list[HypothesisResult], dict[str, Any]]:
     """The verdicts of the hypotheses declared in ``OUT/hypotheses.json`` (none: []) and the
@@ -669,14 +728,8 @@ def _hypotheses(sweep: Sweep, results: dict, families: dict[str, list[str]]
     path = Path(sweep.out) / HYPOTHESES_FILE
     if not path.is_file():
         return [], {}
-    d = json.loads(path.read_text())
-    specs = [HypothesisSpec.from_dict(h) for h in d.get("hypotheses", [])]
-    labels = {a.label for a in sweep.arms} | set(families) | {f"search:{f}" for f in families}
-    for h in specs:
-        for label in (x for pair in h.contrasts for x in pair):
-            if label not in labels:
-                raise UserError(f"{path}: hypothesis {h.id} names {label!r}, which is not an "
-                                f"arm or random family of the sweep")
+    d = read_hypotheses(path, str(path))
+    specs = hypotheses_of(d, str(path), sweep)
     verdicts = evaluate_hypotheses(results, specs, float(d["delta_min"]), families)
     damage_arm = d.get("diagnostics", {}).get("damage_arm", "")
     arms = {a.label for a in sweep.arms}
