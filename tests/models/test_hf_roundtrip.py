@@ -149,6 +149,36 @@ def test_init_from_hf_refuses_what_does_not_convert(tmp_path: Path, capsys) -> N
     assert "not a Hugging Face model directory" in capsys.readouterr().err
 
 
+def test_init_from_hf_whose_weights_fail_leaves_no_run(tiny: dict, tmp_path: Path,
+                                                       capsys) -> None:
+    """Weights that do not load or fit fail before the run directory is made (a left-behind
+    directory refused the corrected command as 'not empty'); one line, exit 2."""
+    import shutil
+
+    from snip.models.hf import tiny_hf_model
+
+    good = tmp_path / "hf"
+    tiny_hf_model("llama", seed=3).save_pretrained(good)
+    truncated, missing = tmp_path / "truncated", tmp_path / "missing"
+    for d in (truncated, missing):
+        shutil.copytree(good, d)
+    (truncated / "model.safetensors").write_bytes((good / "model.safetensors").read_bytes()[:1000])
+    (missing / "model.safetensors").unlink()
+    capsys.readouterr()  # (transformers' save bar)
+    flags = [f"--{k}={v}" for k, v in tiny.items() if k not in ("model.name", "run.name")]
+    cases = [(truncated, [], "is not a readable safetensors file"),
+             (missing, [], "has no model.safetensors"),
+             (good, ["--model.n_layers=4"], "does not fit the model being trained")]
+    for hf_dir, extra, message in cases:
+        assert main(["train", "--init-from-hf", str(hf_dir), *flags, "--run.name=x",
+                     "--train.steps=1", *extra]) == 2, message
+        err = capsys.readouterr().err.strip()
+        assert message in err and "\n" not in err, err
+        assert not (tmp_path / "runs" / "x").exists()
+    assert main(["train", "--init-from-hf", str(good), *flags, "--run.name=x",
+                 "--train.steps=1"]) == 0  # the corrected command
+
+
 @pytest.mark.parametrize("override", [{"dist.strategy": "fsdp"},
                                       {"writeback.policy": "stochastic"}])
 def test_init_from_hf_refuses_what_it_does_not_support_yet(tmp_path: Path,

@@ -30,12 +30,13 @@ from snip.train.loop import Hook, Trainer
 
 
 class HFWeights(Hook):
-    """Copies the HF directory's weights into the model before the first step of a fresh run."""
+    """Copies the HF directory's weights into the model of a fresh run, before its directory is
+    made (a directory whose weights do not load or fit leaves none behind)."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
 
-    def on_start(self, trainer: Trainer) -> None:
+    def on_build(self, trainer: Trainer) -> None:
         if trainer.step_count != 0:  # resumed: the run's own checkpoint has the weights
             return
         cfg = trainer.model.config
@@ -45,7 +46,10 @@ class HFWeights(Hook):
                             f"gives {cfg.vocab_size}; pass the model's tokenizer "
                             "(--data.tokenizer FILE)")
         load_hf_dir(self.path, trainer.model)
-        trainer.log.log("init_from_hf", 0, path=str(self.path.resolve()))
+
+    def on_start(self, trainer: Trainer) -> None:
+        if trainer.step_count == 0:
+            trainer.log.log("init_from_hf", 0, path=str(self.path.resolve()))
 
 
 def init_from_hf(path: str | Path, overrides: Mapping[str, Any]) -> tuple[dict[str, Any], Hook]:

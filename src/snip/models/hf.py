@@ -314,13 +314,19 @@ def _weight_files(path: Path) -> list[Path]:
 
 def hf_dir_state(path: str | Path) -> dict[str, torch.Tensor]:
     """The weights of the HF model directory ``path`` under our parameter names."""
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     path = Path(path)
     cfg = hf_dir_config(path)
     state: dict[str, torch.Tensor] = {}
     for f in _weight_files(path):
-        for k, v in load_file(str(f)).items():
+        try:
+            tensors = load_file(str(f))
+        except (SafetensorError, OSError) as e:
+            raise UserError(f"{f} is not a readable safetensors file ({e}); re-save or "
+                            "re-download it") from None
+        for k, v in tensors.items():
             if "rotary_emb" not in k:
                 state[_rename(k)] = v
     if cfg.tie_embeddings:

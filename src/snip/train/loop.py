@@ -117,7 +117,12 @@ class Hook:
     """Callbacks into the trainer; subclass and override what you need (all default to no-op).
 
     ``before_update``/``after_update`` bracket the optimizer update of a finite step (the
-    gradients are averaged and clipped), so a hook can see the weights before and after."""
+    gradients are averaged and clipped), so a hook can see the weights before and after.
+    ``on_build`` runs once the model, optimizer and any checkpoint's state are in place and
+    before the run directory is touched: what can fail there (weights that do not fit) leaves
+    the directory as it was."""
+
+    def on_build(self, trainer: Trainer) -> None: ...
 
     def on_start(self, trainer: Trainer) -> None: ...
 
@@ -302,6 +307,8 @@ class Trainer:
         self._replan_at_start = self.branched and not inherit and self.controller is not None
         if ckpt is not None:  # everything that can fail, before the run directory is touched
             self._restore(ckpt, inherit)
+        for h in self.hooks:
+            h.on_build(self)
 
         lock = rundir.lock(self.dir) if self.dist.is_main else None  # one writer per run dir
         with rundir.released_on_error(lock):
