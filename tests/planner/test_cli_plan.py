@@ -129,3 +129,27 @@ def test_outputs_never_land_in_a_run_or_on_an_input(table_file, tmp_path, capsys
         assert main(["plan", *argv]) == 2, argv
         assert msg in capsys.readouterr().err, argv
     assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == snapshot
+
+
+def test_a_malformed_table_is_one_line(table_file, tmp_path, capsys) -> None:
+    """A plan passed as --table, or a table with a field missing or mistyped: one line, exit 2
+    (they were KeyError, ValueError and AttributeError tracebacks)."""
+    assert main(["plan", "--table", str(table_file), "--out", str(tmp_path / "plan.json")]) == 0
+    table = json.loads(table_file.read_text())
+    first = next(iter(table["layers"]))
+    broken = {"plan": json.loads((tmp_path / "plan.json").read_text()),
+              "no_candidates": {k: v for k, v in table.items() if k != "candidates"},
+              "tokens": {**table, "tokens": "abc"},
+              "layers_list": {**table, "layers": list(table["layers"])},
+              "metrics_list": {**table, "layers": {**table["layers"], first: {
+                  **table["layers"][first], "metrics": {g: [] for g in ("fprop", "dgrad",
+                                                                        "wgrad")}}}}}
+    capsys.readouterr()
+    for name, d in broken.items():
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(d))
+        assert main(["plan", "--table", str(path), "--out", str(tmp_path / "x.json")]) == 2, name
+        err = capsys.readouterr().err.strip()
+        assert ("not a sensitivity table" in err or "is malformed" in err or "version" in err) \
+            and "\n" not in err, (name, err)
+    assert not (tmp_path / "x.json").exists()

@@ -141,8 +141,9 @@ class LayerEntry:
                        metrics={g: {c: Metric(**m) for c, m in d["metrics"][g].items()}
                                 for g in GEMMS},
                        rel_err=dict(d.get("rel_err", {})), stats=dict(d.get("stats", {})))
-        except (KeyError, TypeError) as e:
-            raise UserError(f"sensitivity table layer {name!r} is malformed (missing {e}); "
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            what = f"missing {e}" if isinstance(e, KeyError) else f"{type(e).__name__}: {e}"
+            raise UserError(f"sensitivity table layer {name!r} is malformed ({what}); "
                             f"regenerate it with this version of snip") from None
 
 
@@ -201,12 +202,22 @@ class SensitivityTable:
             raise UserError(f"unsupported sensitivity table version {d.get('version')!r}; "
                             f"this snip reads version {TABLE_VERSION}")
         loss = d.get("loss")
-        return cls(candidates=tuple(d["candidates"]), tokens=int(d.get("tokens", 1)),
-                   loss=float("nan") if loss is None else float(loss), step=d.get("step"),
-                   normalization=Normalization(d.get("normalization", "sum")),
-                   terms=Terms(d.get("terms", "both")),
-                   meta=dict(d.get("meta", {})),
-                   layers={n: LayerEntry.from_dict(n, e) for n, e in d["layers"].items()})
+        try:
+            layers = d["layers"]
+            if not isinstance(layers, Mapping):
+                raise TypeError("'layers' is not an object")
+            return cls(candidates=tuple(d["candidates"]), tokens=int(d.get("tokens", 1)),
+                       loss=float("nan") if loss is None else float(loss), step=d.get("step"),
+                       normalization=Normalization(d.get("normalization", "sum")),
+                       terms=Terms(d.get("terms", "both")),
+                       meta=dict(d.get("meta", {})),
+                       layers={n: LayerEntry.from_dict(n, e) for n, e in layers.items()})
+        except UserError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            what = f"no {e}" if isinstance(e, KeyError) else f"{type(e).__name__}: {e}"
+            raise UserError(f"not a sensitivity table ({what}): a table is what snip plan "
+                            "--save-table (SensitivityTable.to_json) writes") from None
 
     @classmethod
     def from_json(cls, source: str | Path) -> SensitivityTable:
