@@ -81,6 +81,8 @@ def test_sample_is_reproducible_and_greedy_is_deterministic(run,
     assert main(["sample", str(path), "--prompt", "class ", "--tokens", "10"]) == 0
     assert capsys.readouterr().out.startswith("class ")
     assert main(["sample", str(path), "--tokens", "0"]) == 2
+    assert main(["sample", str(path), "--seed", str(2**70)]) == 2  # was a ValueError traceback
+    assert "--seed 1180591620717411303424 is out of range" in capsys.readouterr().err
 
 
 def test_sample_streams_the_text_it_returns(run, capsys: pytest.CaptureFixture) -> None:

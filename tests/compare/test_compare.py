@@ -181,12 +181,23 @@ def test_compare_bad_input(base: Path, tmp_path: Path, capsys: pytest.CaptureFix
         (["--base", str(tmp_path), "--arm", "bf16"], "--base"),
         (["--base", str(base), "--arm", "bf16", "--reference", "fp4"], "not one of the arms"),
         (["--base", str(base)], "at least one --arm"),
-        (["--resume", str(tmp_path / "nothing")], "holds no comparison"),
+        # a sweep's definition does not change when it is resumed or summarized
+        (["--resume", str(tmp_path / "nothing")], "drop --steps (to change them"),
+        (["--summarize", str(tmp_path / "x"), "--orders", "3", "--train.eval_batches", "5"],
+         "drop --steps, --orders, --train.eval_batches"),
+        (["--summarize", str(tmp_path / "x"), "--units", "-1"], "--units -1 must be >= 0"),
     ]
     for argv, message in cases:
         assert main(["compare", *argv, *common]) == 2, argv
         err = capsys.readouterr().err.strip()
         assert message in err and "\n" not in err, (argv, err)
+    assert main(["compare", "--resume", str(tmp_path / "nothing")]) == 2
+    assert "holds no comparison" in capsys.readouterr().err
+    (tmp_path / "afile").write_text("")
+    assert main(["compare", "--base", str(base), "--arm", "bf16", "--steps", "2", "--out",
+                 str(tmp_path / "afile")]) == 2
+    assert "--out " + str(tmp_path / "afile") + " is a file; choose another --out" in \
+        capsys.readouterr().err
     # a folder that is not a comparison (here a `snip report --out`) is not written into
     report = tmp_path / "report"
     report.mkdir()

@@ -30,16 +30,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--arm", action="append", default=[], metavar="SPEC",
       help="an arm: PRESET, LABEL=preset:PRESET, [LABEL=]plan:FILE, METHOD@BUDGET (snip, "
            "uniform, layer_id, layer_type, min_rel_err, random, ...) or random@BUDGETxK")
-    a("--steps", type=int, default=200, help="training steps of every branch")
-    a("--orders", type=int, default=1,
-      help="data orders per base (order 0: the parent's own, k: its order seed + k)")
+    a("--steps", type=int, default=None,
+      help="training steps of every branch (default: 200)")
+    a("--orders", type=int, default=None, help="data orders per base (order 0: the parent's "
+                                               "own, k: its order seed + k; default: 1)")
     a("--reference", default="", metavar="ARM", help="the arm differences are taken against "
                                                     "(default: the first arm)")
     a("--gap", default="", metavar="ARM",
       help="report the share of the reference-to-ARM gap each arm closes (when it resolves)")
-    a("--eval-batches", type=int, default=32,
-      help="validation batches, spread over the whole split, for every arm's final evaluation")
-    a("--precision.candidates", "--candidates", dest="candidates", nargs="+", default=[],
+    a("--eval-batches", type=int, default=None,
+      help="validation batches, spread over the whole split, for every arm's final evaluation "
+           "(default: 32)")
+    a("--precision.candidates", "--candidates", dest="candidates", nargs="+", default=None,
       metavar="PRESET", help="candidate presets of the adaptive arms, high precision first "
       "(NAME NAME or NAME,NAME; default: the planner's, fp8_e4m3_tile128 fp4_e2m1_tile128)")
     a("--out", default="runs/compare", metavar="DIR", help="output directory")
@@ -67,21 +69,29 @@ def run(args: argparse.Namespace) -> int:
 
     if args.resume and args.summarize:
         raise UserError("give either --resume DIR or --summarize DIR, not both")
+    if args.units < 0:
+        raise UserError(f"--units {args.units} must be >= 0 (0: all bases)")
     existing = args.resume or args.summarize
+    definition = {"--base": args.base, "--arm": args.arm, "--steps": args.steps,
+                  "--orders": args.orders, "--train.eval_batches": args.eval_batches,
+                  "--precision.candidates": args.candidates}
     if existing:
-        if args.base or args.arm:
-            raise UserError("--resume/--summarize read the comparison from DIR; drop --base "
-                            "and --arm")
+        given = [flag for flag, value in definition.items() if value not in (None, [])]
+        if given:  # the definition is the sweep's (its sweep.json); it does not change
+            raise UserError(f"--resume/--summarize read the comparison from DIR; drop "
+                            f"{', '.join(given)} (to change them, start another --out)")
         sweep = load_sweep(Path(existing), args.threads)
     else:
         atomic.check_outside(args.out, "--out", own=(args.out, "snip compare sweep"))  # rerun
         check_new_out(Path(args.out))
         # bases by absolute path: the sweep can be resumed from any working directory
         sweep = Sweep(bases=tuple(os.path.abspath(b) for b in args.base),
-                      arms=tuple(parse_arms(args.arm)), steps=args.steps,
-                      orders=args.orders, reference=args.reference or "", gap=args.gap,
-                      eval_batches=args.eval_batches,
-                      candidates=",".join(split_names(args.candidates)),
+                      arms=tuple(parse_arms(args.arm)),
+                      steps=200 if args.steps is None else args.steps,
+                      orders=1 if args.orders is None else args.orders,
+                      reference=args.reference or "", gap=args.gap,
+                      eval_batches=32 if args.eval_batches is None else args.eval_batches,
+                      candidates=",".join(split_names(args.candidates or [])),
                       out=args.out, threads=args.threads)
     hypotheses = Path(args.hypotheses) if args.hypotheses else None
     if args.summarize:

@@ -463,6 +463,8 @@ def check_new_out(out: Path) -> None:
     ``snip report`` folder, the user's own files): the sweep would overwrite its
     ``report.html`` and mix its files in. A comparison's own folder (its definition there, or
     only the hypotheses an earlier start kept) is fine: rerun, resumed or extended."""
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is a file; choose another --out")
     if not out.is_dir() or (out / SWEEP_FILE).is_file():
         return
     found = sorted(p.name for p in out.iterdir() if p.name != HYPOTHESES_FILE)
