@@ -36,6 +36,28 @@ def test_eval_reproduces_the_runs_own_final_evaluation(run, tmp_path: Path,
     assert other["val_loss"] != numbers["val_loss"]
 
 
+def test_eval_holds_one_batch_at_a_time(run, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any --train.eval_batches evaluates in the memory of a few batches (a list of 3 M
+    batches ran out of memory): the windows are gathered anew on each pass."""
+    import weakref
+
+    from snip.train.batches import Batches
+
+    real, alive, most = Batches.eval_batches, [0], [0]
+
+    def counted(self, *args):  # noqa: ANN001, ANN202
+        for x, y in real(self, *args):
+            alive[0] += 1
+            most[0] = max(most[0], alive[0])
+            weakref.finalize(x, lambda: alive.__setitem__(0, alive[0] - 1))
+            yield x, y
+
+    monkeypatch.setattr(Batches, "eval_batches", counted)
+    loaded = load(run[0])
+    r = loaded.evaluate(batches=40)
+    assert r.loss == r.loss and most[0] <= 2  # (40 batches, two passes: mxfp4 and fp32)
+
+
 def test_eval_with_bf16_gemms_keeps_the_runs_plan(run, tmp_path: Path) -> None:
     """``--precision.accum`` changes how the GEMMs multiply, not which plan is evaluated."""
     path, result = run

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import torch
@@ -51,7 +51,7 @@ def autocast(device: torch.device, enabled: bool) -> contextlib.AbstractContextM
 
 
 @torch.no_grad()
-def mean_loss(model: nn.Module, batches: list[tuple[torch.Tensor, torch.Tensor]],
+def mean_loss(model: nn.Module, batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
               device: torch.device, bf16: bool = False,
               done: Callable[[], None] | None = None) -> float:
     """Mean next-token loss of ``model`` over ``batches`` (each batch weighs the same);
@@ -73,11 +73,12 @@ def passes(model: nn.Module, bf16: bool = False) -> int:
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, batches: list[tuple[torch.Tensor, torch.Tensor]],
+def evaluate(model: nn.Module, batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
              device: torch.device, step: int, bf16: bool = False,
              done: Callable[[], None] | None = None) -> EvalResult:
-    """Both losses of ``model`` on ``batches`` (see the module docstring); ``done`` is called
-    after each forward pass of a batch (:func:`passes` times per batch)."""
+    """Both losses of ``model`` on ``batches`` (see the module docstring; iterated once per
+    pass: a list, or an object that makes them anew); ``done`` is called after each forward
+    pass of a batch (:func:`passes` times per batch)."""
     devices = [device.index or 0] if device.type == "cuda" else []
     was_training = model.training
     with torch.random.fork_rng(devices=devices):

@@ -17,7 +17,7 @@ sample`` asks for) works even when the training corpus is gone too.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,7 @@ from snip.nn import convert
 from snip.plan import PrecisionPlan
 from snip.train import checkpoint
 from snip.train import config as C
-from snip.train.batches import Batches, open_data
+from snip.train.batches import Batch, Batches, open_data
 from snip.train.evaluation import EvalResult, autocast, evaluate, passes
 from snip.train.loop import model_config, order_seed, pick_device
 from snip.train.precision import initial_plan
@@ -57,8 +57,8 @@ class Loaded:
         """Both validation losses on ``batches`` strided windows (default: the run's); ``bar``:
         a progress bar of the forward passes on a terminal (stderr)."""
         t = self.cfg.train
-        windows = list(self.data.eval_batches(t.batch_size // t.grad_accum, t.seq_len,
-                                              batches or t.eval_batches))
+        windows = _Windows(self.data, t.batch_size // t.grad_accum, t.seq_len,
+                           batches or t.eval_batches)
         total = len(windows) * passes(self.model, t.bf16)
         with tqdm(total=total, unit="batch", desc="evaluating", leave=False,
                   disable=not (bar and sys.stderr.isatty())) as shown:
@@ -103,6 +103,23 @@ class Loaded:
                     shown = text
         return tok.decode(x[0, len(ids):].tolist())
 
+
+
+@dataclass(frozen=True)
+class _Windows:
+    """``n`` strided validation batches, gathered anew on each pass over them: any number of
+    them evaluates in the memory of one (a list of a million batches would not fit)."""
+
+    data: Batches
+    batch_size: int
+    seq_len: int
+    n: int
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self) -> Iterator[Batch]:
+        return self.data.eval_batches(self.batch_size, self.seq_len, self.n)
 
 def load(source: Path, overrides: Mapping[str, Any] | None = None,
          flag: str = "RUN", need_data: bool = True) -> Loaded:
