@@ -172,3 +172,15 @@ def test_snip_audit_out_is_one_audits_at_a_time(tmp_path, capsys):
     assert main(["audit", "--out", str(tmp_path / "file" / "out"), "--train.steps", "2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "file" in err[0], err  # one line, not an OSError's traceback
+
+
+def test_an_earlier_audits_outputs_are_read_from_its_summary(tmp_path):
+    from snip.cli.audit import _earlier_outputs
+
+    assert _earlier_outputs(tmp_path) == []  # none there
+    (tmp_path / "summary.json").write_text(json.dumps(
+        {"formats": {"e4m3": {}, "e5m2": {}}, "mask": {"path": str(tmp_path / "m.json")}}))
+    assert _earlier_outputs(tmp_path) == ["frozen_e4m3.png", "frozen_e5m2.png",
+                                          "measured_e4m3/", "measured_e5m2/", "m.json"]
+    (tmp_path / "summary.json").write_text("[1]")
+    assert _earlier_outputs(tmp_path) == []

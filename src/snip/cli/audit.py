@@ -353,7 +353,8 @@ def _audit(args: argparse.Namespace, out: Path, trace, cfg: dict, rec_kw: dict,
         print(_plain(fmt, args.policy, s, val, trace.shapes))
     runs = [d for d in ("reference", *(f"measured_{f}" for f in trace.formats))
             if (out / d / "config.toml").is_file()]
-    stale = [n for n in earlier if n not in written and (out / n).is_file()]
+    own = [*written, *(f"{d}/" for d in runs)]
+    stale = [n for n in earlier if n not in own and (out / n).exists()]
     if stale:  # kept (a training run may name the old mask), but not passed off as this one's
         print(f"note: {', '.join(str(out / n) for n in stale)} left from an earlier audit in "
               f"{out} (not this one's outputs)")
@@ -363,15 +364,16 @@ def _audit(args: argparse.Namespace, out: Path, trace, cfg: dict, rec_kw: dict,
 
 
 def _earlier_outputs(out: Path) -> list[str]:
-    """The files an earlier audit into ``out`` wrote besides those every audit rewrites: its
-    mask and its formats' plots, from its ``summary.json`` (none if there is none)."""
+    """What an earlier audit into ``out`` wrote besides what every audit rewrites: its mask,
+    its formats' plots and measured runs (``measured_e5m2/``), from its ``summary.json``."""
     try:
         summary = json.loads((out / "summary.json").read_text())
     except (OSError, ValueError):
         return []
     if not isinstance(summary, dict):
         return []
-    names = [f"frozen_{f}.png" for f in summary.get("formats") or {}]
+    formats = summary.get("formats") or {}
+    names = [*(f"frozen_{f}.png" for f in formats), *(f"measured_{f}/" for f in formats)]
     mask = summary.get("mask")
     if isinstance(mask, dict) and isinstance(mask.get("path"), str):
         names.append(Path(mask["path"]).name)
