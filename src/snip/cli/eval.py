@@ -37,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         default=argparse.SUPPRESS, metavar="INT",
                         help="validation batches spread over the split (default: the run's)")
     parser.add_argument("--train.device", dest="cfg:train.device", default=argparse.SUPPRESS,
-                        metavar="STR", help="cpu, cuda, cuda:N or auto (default: the run's)")
+                        metavar="STR", help="cpu, mps, cuda, cuda:N or auto (default: the run's)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -223,7 +223,7 @@ class TrainSection:
                                       "gradient instead of stopping")
     max_skips: int = opt(10, "with train.skip_nonfinite: stop (keeping the last good "
                              "checkpoint) when more than this many steps were skipped")
-    device: str = opt("auto", "'auto' (cuda if available), 'cpu', 'cuda' or 'cuda:N'")
+    device: str = opt("auto", "'auto' (cuda if available), 'cpu', 'mps', 'cuda' or 'cuda:N'")
     threads: int = opt(0, "torch CPU threads (0: auto, half the cores: on a shared machine "
                           "oversubscribed threads slow small models down several times)")
     force: bool = opt(False, "start even when the memory estimate (weights, optimizer, "
