@@ -51,7 +51,7 @@ average before and after, and every per-round time are written to
 
 Usage::
 
-    python benchmarks/bench_train_step.py --quick     # ~1-2 minutes
+    python benchmarks/bench_train_step.py --quick     # ~2.5 minutes (2-core EPYC)
     python benchmarks/bench_train_step.py             # all models, more rounds
 """
 
@@ -277,12 +277,13 @@ def print_table(title: str, rows: dict[str, dict]) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true",
-                    help="3 rounds, 1024 tokens per step, 1 thread (~1-2 minutes)")
+                    help="3 rounds, 1024 tokens per step, 1 thread (2.5 minutes on a 2-core "
+                         "EPYC; --auto doubles the arms, each --threads count is a pass)")
     ap.add_argument("--models", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     ap.add_argument("--presets", nargs="+", default=PRESETS)
     ap.add_argument("--threads", nargs="+", type=int, default=None,
                     help="torch thread counts, one pass each (default: 1 2; --quick: 1)")
-    ap.add_argument("--rounds", type=int, default=0, help="timed rounds (0: 5 quick, 15 full)")
+    ap.add_argument("--rounds", type=int, default=0, help="timed rounds (0: 3 quick, 11 full)")
     ap.add_argument("--compile", action="store_true", help="add compiled-vs-eager arms")
     ap.add_argument("--auto", action="store_true",
                     help='add every preset with accum="auto" (bf16 GEMMs where native)')
