@@ -438,3 +438,20 @@ def test_gpt2_plan_names_conv1d_layers_and_costs_them():
     assert len(model.snip_conversion.converted) == 8
     # c_fc and c_proj hold 2/3 of the blocks' linear FLOPs (4d^2 + 4d^2 of 3d^2 + d^2 + 8d^2)
     assert abs(fp4_flop_fraction(plan, model) - 8 / 12) < 1e-9
+
+
+def test_a_layer_used_twice_is_converted_at_both_uses():
+    """``named_modules`` lists a shared module once: both of its uses must become the one
+    QLinear (the second stayed a plain fp32 nn.Linear, silently, strict or not)."""
+    lin = nn.Linear(8, 8)
+    seq = nn.Sequential(lin, nn.ReLU(), lin)
+    convert(seq, "mxfp4", strict=True)
+    assert isinstance(seq[0], QLinear) and seq[2] is seq[0]
+    assert seq[0].weight is lin.weight
+    unconvert(seq)
+    assert type(seq[0]) is nn.Linear and seq[2] is seq[0] and seq[0].weight is lin.weight
+    three = ("fprop", "dgrad", "wgrad")  # a plan names the layer by its first name
+    plan = PrecisionPlan.from_dict({"version": 1, "default": dict.fromkeys(three, "bf16"),
+                                    "layers": {"0": dict.fromkeys(three, "nvfp4")}})
+    convert(seq, plan)
+    assert seq[2] is seq[0] and seq[0].specs.fprop.name == "nvfp4"

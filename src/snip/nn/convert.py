@@ -180,6 +180,15 @@ def _set_submodule(model: nn.Module, name: str, module: nn.Module) -> None:
     setattr(model.get_submodule(parent_name), child, module)
 
 
+def _paths(model: nn.Module) -> dict[int, list[str]]:
+    """Every name of each submodule (by ``id``), in module order: a layer used in two places
+    (``nn.Sequential(lin, act, lin)``) has two, which ``named_modules`` lists only once."""
+    paths: dict[int, list[str]] = {}
+    for name, module in model.named_modules(remove_duplicate=False):
+        paths.setdefault(id(module), []).append(name)
+    return paths
+
+
 def _resolve(model: nn.Module, what: PlanOrPreset) -> Callable[[str], GemmSpecs | None]:
     """A lookup ``name -> GemmSpecs`` (``None``: do not convert) for ``what``."""
     if isinstance(what, GemmSpecs | QuantSpec | str):
@@ -269,6 +278,7 @@ def convert(model: nn.Module, plan_or_preset: PlanOrPreset, *,
         updated=tuple(n for n, m, _ in todo if isinstance(m, QLinear)), skipped=tuple(skipped))
     _check_report(model, report, strict)
     log.info("%s", report)
+    paths = _paths(model)  # a shared layer is one QLinear, under its first name, at every use
     for name, module, specs in todo:
         if isinstance(module, QLinear):
             module.set_specs(specs)
@@ -285,7 +295,8 @@ def convert(model: nn.Module, plan_or_preset: PlanOrPreset, *,
         if not name:
             model = q
         else:
-            _set_submodule(model, name, q)
+            for path in paths[id(module)]:  # every use of a shared layer
+                _set_submodule(model, path, q)
     model.snip_conversion = report
     return model
 
@@ -314,8 +325,10 @@ def unconvert(model: nn.Module) -> nn.Module:
     sharing its Parameters."""
     if isinstance(model, QLinear):
         return model.to_linear()
-    for name, module in qlinear_layers(model):
-        _set_submodule(model, name, module.to_linear())
+    plain: dict[int, nn.Module] = {}  # a shared QLinear becomes one shared layer again
+    for name, module in list(model.named_modules(remove_duplicate=False)):
+        if isinstance(module, QLinear) and name:
+            _set_submodule(model, name, plain.setdefault(id(module), module.to_linear()))
     return model
 
 
