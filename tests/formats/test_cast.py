@@ -165,3 +165,34 @@ def test_generic_exmy_format():
 
 def test_cast_is_exported_at_top_level():
     assert snip.cast is cast
+
+
+@pytest.mark.parametrize("saturate", [False, True])
+@pytest.mark.parametrize("carrier", [torch.float16, torch.bfloat16])
+def test_a_bf16_or_fp16_tensor_casts_to_every_format_as_ml_dtypes_does(carrier, saturate):
+    """Every bit pattern of a bf16 or fp16 tensor, cast to each format in its own dtype: the
+    ml_dtypes value, held in that dtype; saturation stops at the largest grid value the dtype
+    holds where it cannot hold the format's max (bf16 in fp16: 65280; fp32 in bf16: the bf16
+    max). fp32 and bf16 in a narrower dtype raised 'cannot be converted without overflow'."""
+    from snip.formats.cast import saturation
+
+    x = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(carrier)
+    for name in ML:
+        got = cast(x, name, saturate=saturate)
+        assert got.dtype == carrier
+        want = expected_ml(x.float(), name, saturate)
+        if saturate:
+            top = saturation(get_element(name), carrier)
+            want = torch.where(torch.isnan(want), want, want.clamp(-top, top))
+        assert_bits_equal(got.float(), want.to(carrier).float(), x.float())
+    assert saturation(get_element("bf16"), torch.float16) == 65280.0
+    assert saturation(get_element("fp32"), torch.bfloat16) == torch.finfo(torch.bfloat16).max
+    assert saturation(get_element("e4m3"), torch.float16) == 448.0
+
+
+def test_cast_carries_no_gradient():
+    """Its values are data (snip.quantize is the differentiable one): e2m1 gave a gradient
+    pattern of 0s and 1s, e4m3 all 1s."""
+    x = torch.tensor([0.1, 0.3, 7.0, -0.2, -3.0], requires_grad=True)
+    for name in ("e2m1", "e4m3", "bf16", "fp32"):
+        assert not cast(x, name).requires_grad

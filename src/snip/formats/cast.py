@@ -259,6 +259,19 @@ def _round_small_float(
     return _grid_round(t, mode, u) * _pow2_f32(e - fmt.mbits)
 
 
+def saturation(fmt: ElementFormat, dtype: torch.dtype) -> float:
+    """What ``saturate=True`` clamps to for a result held in ``dtype``: ``fmt``'s max, or, where
+    ``dtype`` cannot hold that (bf16 held in fp16, fp32 in bf16), the largest value of ``fmt``'s
+    grid that it can: its max with the mantissa bits ``fmt`` lacks cleared (65280 for bf16 in
+    fp16; the bf16 max itself for fp32 in bf16)."""
+    top = torch.finfo(dtype).max
+    if fmt.max_normal <= top:
+        return fmt.max_normal
+    bits = torch.tensor(top, dtype=torch.float32).view(torch.int32).item()
+    drop = 23 - fmt.mbits
+    return torch.tensor(bits >> drop << drop, dtype=torch.int32).view(torch.float32).item()
+
+
 def cast(
     x: torch.Tensor,
     element: ElementFormat | str,
@@ -273,8 +286,12 @@ def cast(
     inf for IEEE formats, NaN for e4m3, clamping for formats without special values.  Integer
     formats always clamp.  ``generator`` (a ``torch.Generator`` or an int seed) makes stochastic
     rounding reproducible; ``counters`` says which SR coin each element draws (:class:`Counters`).
+    The values are data: the result carries no gradient (``snip.quantize`` is the one with a
+    straight-through gradient).  Where ``x``'s dtype cannot hold ``element``'s max (bf16 in
+    fp16, fp32 in bf16), saturation stops at the largest grid value it can (`saturation`).
     """
     check_float_tensor(x)
+    x = x.detach()
     fmt, mode = get_element(element), as_rounding(rounding)
     native = _NATIVE.get(fmt.name)
     if x.dtype == torch.float64:
@@ -282,16 +299,19 @@ def cast(
         # reference computes in float64, where each value is rounded once, exactly.
         return cast_reference(x, fmt, mode, saturate, generator, counters)
     if mode is Rounding.RNE and native is not None and (saturate or native.itemsize >= 2):
+        top = saturation(fmt, x.dtype)
         if native is torch.float32 and x.dtype in (torch.float32, torch.bfloat16, torch.float16):
             y = x
         else:
             # torch's fp8 casts saturate finite overflow; clamping first makes that explicit and
             # maps inf to max as well, matching the reference.
-            src = x.clamp(-fmt.max_normal, fmt.max_normal) if saturate else x
+            src = x.clamp(-top, top) if saturate else x
             y = src.to(native).to(x.dtype)
-        return y.clamp(-fmt.max_normal, fmt.max_normal) if saturate else y
+        return y.clamp(-top, top) if saturate else y
     if fmt.is_float and fmt.emax > 15:
-        return cast_reference(x, fmt, mode, saturate, generator, counters)
+        y = cast_reference(x, fmt, mode, saturate, generator, counters)
+        top = saturation(fmt, x.dtype)  # (below fmt's max: what x.dtype holds of its grid)
+        return y.clamp(-top, top) if saturate and top < fmt.max_normal else y
     xf = x.float()
     u = (
         uniform_like(xf, make_generator(generator, x.device), counters)
