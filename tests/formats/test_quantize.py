@@ -2,6 +2,7 @@
 
 import dataclasses
 
+import numpy as np
 import pytest
 import torch
 
@@ -121,6 +122,18 @@ def test_bad_input_errors():
         quantize(torch.arange(4), "mxfp4")
     with pytest.raises(TypeError, match="torch.bool"):
         snip.cast(torch.ones(3, dtype=torch.bool), "e4m3")
+    # not a tensor: the same TypeError everywhere (quantize and encode raised AttributeError)
+    for fn in (quantize, snip.encode, snip.cast):
+        with pytest.raises(TypeError, match="expected a torch.Tensor, got ndarray"):
+            fn(np.ones(4, dtype=np.float32), "mxfp4" if fn is not snip.cast else "e2m1")
+    with pytest.raises(ValueError, match="returns floating-point values"):  # (was int32 codes)
+        quantize(torch.full((1, 4), 2.7), "mxfp4", dtype=torch.int32)
+    for preset in ("mxfp4_rht", "nvfp4_rht"):  # (an IndexError; other presets take 0-d)
+        for fn in (quantize, snip.encode):
+            with pytest.raises(ValueError, match="a 0-d tensor has none"):
+                fn(torch.tensor(1.5), preset)
+        assert quantize(torch.tensor([1.5]), preset).shape == (1,)
+    assert quantize(torch.tensor(1.5), "mxfp4").shape == ()
     with pytest.raises(ValueError, match="block size"):
         replace_spec("mxfp4", block=0)
     with pytest.raises(ValueError, match="axis 2"):

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
+from snip.errors import UserError
 from snip.formats import codes as C
 from snip.formats import fast
 from snip.formats.cast import (
@@ -130,6 +131,9 @@ def _resolve(
 ) -> tuple[QuantSpec, Rounding, torch.Generator | None]:
     check_float_tensor(x)
     spec = get_spec(spec)
+    if spec.hadamard and x.dim() == 0:
+        raise UserError(f"{spec.name} rotates blocks along an axis, and a 0-d tensor has none; "
+                        "pass it as a 1-element tensor (x.reshape(1))")
     mode = spec.rounding if rounding is None else as_rounding(rounding)
     return spec, mode, make_generator(generator, x.device)
 
@@ -171,6 +175,10 @@ def quantize(
     (fp32 input to bf16: stored rounded in the same pass, for a bf16 GEMM).  If ``x`` requires
     grad, the result does too, with a straight-through gradient (identity).
     """
+    check_float_tensor(x)  # (a numpy array: a TypeError that says so)
+    if dtype is not None and not dtype.is_floating_point:
+        raise UserError(f"dtype={dtype}: quantize returns floating-point values; use encode for "
+                        "integer codes")
     if x.requires_grad and torch.is_grad_enabled():
         q = quantize(x.detach(), spec, axis=axis, rounding=rounding, generator=generator,
                      shard=shard, dtype=dtype)
@@ -294,6 +302,7 @@ def encode(
 ) -> QTensor:
     """Quantize ``x`` into real packed storage; ``QTensor.dequantize()`` equals :func:`quantize`
     (with the same arguments)."""
+    check_float_tensor(x)
     x = x.detach()  # packed codes carry no gradient
     spec, mode, gen = _resolve(x, spec, rounding, generator)
     shape, dtype = tuple(x.shape), x.dtype
