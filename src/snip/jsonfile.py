@@ -9,7 +9,9 @@ Each input is a JSON *object*; anything else is the user's to fix and becomes a 
 - a missing path: `MissingFileError` ("mask file m.json does not exist; build one ...");
 - unreadable (permissions, a directory, bytes that are not UTF-8): "cannot read ...";
 - not JSON: "... is not valid JSON: line 2, column 30: Expecting ',' delimiter";
-- JSON, but not an object: "... must hold a JSON object, not list".
+- JSON, but not an object: "... must hold a JSON object, not list";
+- an object with a key twice (JSON parsers keep the last silently: a hand-edited plan would
+  lose a layer's entry): "... has the key 'a.wq' twice".
 
 `flatten` gives the dotted view of a nested object (a config tree, a JSON record):
 ``{"train": {"steps": 5}}`` -> ``{"train.steps": 5}``.
@@ -27,13 +29,30 @@ from typing import Any
 from snip.errors import MissingFileError, UserError
 
 
+class _Twice(Exception):
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise _Twice(k)
+        out[k] = v
+    return out
+
+
 def loads(text: str, what: str) -> Any:
-    """``text`` parsed as JSON, or a `UserError` saying where ``what`` stops being JSON."""
+    """``text`` parsed as JSON, or a `UserError` saying where ``what`` stops being JSON (or
+    which key one of its objects has twice)."""
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_unique)
     except json.JSONDecodeError as e:
         raise UserError(f"{what} is not valid JSON: line {e.lineno}, column {e.colno}: "
                         f"{e.msg}") from None
+    except _Twice as e:
+        raise UserError(f"{what} has the key {e.key!r} twice; keep one") from None
 
 
 def read_object(path: str | Path, what: str, hint: str = "") -> dict[str, Any]:

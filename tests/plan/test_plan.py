@@ -239,6 +239,20 @@ def test_invalid_json_file_reports_line_and_column(tmp_path):
         PrecisionPlan.from_json('{"version": 1,')
 
 
+def test_a_key_twice_or_a_list_is_refused(tmp_path):
+    """JSON parsers keep the last of two equal keys: a hand-edited plan lost a layer's
+    entry silently. JSON text that is a list was taken for a file name."""
+    three = '{"fprop": "%s", "dgrad": "bf16", "wgrad": "bf16"}'
+    text = ('{"version": 1, "default": %s, "layers": {"a.wq": %s, "a.wq": %s}}'
+            % (three % "bf16", three % "nvfp4", three % "bf16"))
+    (tmp_path / "p.json").write_text(text)
+    for source in (text, tmp_path / "p.json"):
+        with pytest.raises(ValueError, match="has the key 'a.wq' twice"):
+            PrecisionPlan.from_json(source)
+    with pytest.raises(ValueError, match="a plan must be a JSON object, got list"):
+        PrecisionPlan.from_json('[{"version": 1}]')
+
+
 def test_missing_file(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope.json"):
         PrecisionPlan.from_json(tmp_path / "nope.json")

@@ -178,7 +178,7 @@ class PrecisionPlan:
         """Read a plan from a file path, a JSON string or an already parsed dict."""
         if isinstance(source, Mapping):
             return cls.from_dict(source)
-        if isinstance(source, str) and source.lstrip().startswith("{"):
+        if isinstance(source, str) and source.lstrip()[:1] in ("{", "["):
             return cls.from_dict(jsonfile.loads(source, "plan JSON string"))
         return cls.from_dict(jsonfile.read_object(source, "plan file"))
 
