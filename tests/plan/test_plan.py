@@ -242,9 +242,11 @@ def test_invalid_json_file_reports_line_and_column(tmp_path):
 def test_a_key_twice_or_a_list_is_refused(tmp_path):
     """JSON parsers keep the last of two equal keys: a hand-edited plan lost a layer's
     entry silently. JSON text that is a list was taken for a file name."""
-    three = '{"fprop": "%s", "dgrad": "bf16", "wgrad": "bf16"}'
-    text = ('{"version": 1, "default": %s, "layers": {"a.wq": %s, "a.wq": %s}}'
-            % (three % "bf16", three % "nvfp4", three % "bf16"))
+    def three(fprop: str) -> str:
+        return json.dumps({"fprop": fprop, "dgrad": "bf16", "wgrad": "bf16"})
+
+    text = (f'{{"version": 1, "default": {three("bf16")}, "layers": '
+            f'{{"a.wq": {three("nvfp4")}, "a.wq": {three("bf16")}}}}}')
     (tmp_path / "p.json").write_text(text)
     for source in (text, tmp_path / "p.json"):
         with pytest.raises(ValueError, match="has the key 'a.wq' twice"):
