@@ -17,7 +17,9 @@ The windows are ``train.eval_batches`` batches spread evenly over the whole vali
 (`snip.data.TokenDataset.strided_batches`), identical for every evaluation, run and arm, so that
 paired comparisons (``snip compare``) difference out the windows' own difficulty. Every rank
 evaluates the same windows (no communication) under a forked RNG, so evaluating never shifts the
-training random streams.
+global random streams; it does advance each quantized layer's forward counter (`snip.nn.QLinear`),
+which seeds its stochastic rounding, so the evaluation cadence is part of a run's numerics (the
+same settings give the same bits).
 """
 
 from __future__ import annotations
