@@ -275,7 +275,10 @@ class QTensor:
         fmt = self.spec.element
         n = torch.Size(self.grid_shape).numel()
         q = C.decode_codes(C.unpack(self.codes, fmt.bits, n), fmt).view(self.grid_shape)
-        out = self.layout.from_blocks(q * self._scales().decode)
+        decode = self._scales().decode
+        if self.dtype == torch.float64:  # as quantize computes a float64 tensor: exact products
+            q, decode = q.double(), decode.double()
+        out = self.layout.from_blocks(q * decode)
         if self.spec.hadamard:
             out = irht(
                 out, self.spec.hadamard, self.spec.hadamard_seed, self.axis, self.shape[self.axis]
