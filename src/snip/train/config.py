@@ -273,7 +273,7 @@ class PrecisionSection:
     per_gemm: bool = opt(False, "adaptive: choose the format of each GEMM (fprop, dgrad, wgrad) "
                                 "separately instead of one per layer")
     candidates: NAMES = opt((), "adaptive: the candidate presets, high precision first (a "
-                                "TOML list, or comma-separated; empty: "
+                                "TOML list; flags take NAME NAME or NAME,NAME; empty: "
                                 "fp8_e4m3_tile128,fp4_e2m1_tile128)")
     calib_batches: int = opt(1, "adaptive: calibration batches per statistics cycle (fresh "
                                 "ones every cycle)")
