@@ -53,8 +53,10 @@ def test_snip_audit_records_plots_and_masks(tmp_path, capsys):
     assert main(["audit", "--trace", str(out / "trace.npz"), "--out", str(out),
                  "--no-measure"]) == 0
     text = capsys.readouterr().out.splitlines()
-    assert text[-2] == f"note: {mask} left from an earlier audit in {out} (not this one's outputs)"
+    assert text[-2] == (f"note: {out / 'reference'}/, {out / 'measured_e4m3'}/, {mask} left from "
+                        f"an earlier audit in {out} (not this one's outputs)")
     assert str(mask) not in text[-1] and mask.is_file()
+    assert "run directories" not in text[-1]  # it trained none
 
 
 def test_snip_audit_bad_trace_is_a_user_error(tmp_path, capsys):
@@ -180,7 +182,21 @@ def test_an_earlier_audits_outputs_are_read_from_its_summary(tmp_path):
     assert _earlier_outputs(tmp_path) == []  # none there
     (tmp_path / "summary.json").write_text(json.dumps(
         {"formats": {"e4m3": {}, "e5m2": {}}, "mask": {"path": str(tmp_path / "m.json")}}))
-    assert _earlier_outputs(tmp_path) == ["frozen_e4m3.png", "frozen_e5m2.png",
+    assert _earlier_outputs(tmp_path) == ["frozen_e4m3.png", "frozen_e5m2.png", "reference/",
                                           "measured_e4m3/", "measured_e5m2/", "m.json"]
     (tmp_path / "summary.json").write_text("[1]")
     assert _earlier_outputs(tmp_path) == []
+
+
+def test_snip_audit_of_a_finished_checkpoint_says_what_to_pass(tmp_path, tiny, capsys):
+    from snip.train import from_sources, train
+
+    train(from_sources(overrides={**tiny, "train.steps": 2, "train.ckpt_every": 2,
+                                  "precision.preset": "bf16"}))
+    capsys.readouterr()
+    last = tmp_path / "runs" / "tiny" / "checkpoints" / "step_000002"
+    out = tmp_path / "out"
+    assert main(["audit", "--run", str(last), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is at the end of its schedule" in err[0], err  # not "lower --every"
+    assert "--train.steps N" in err[0] and not out.exists()

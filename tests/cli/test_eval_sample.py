@@ -107,6 +107,16 @@ def test_sample_is_reproducible_and_greedy_is_deterministic(run,
     assert "--seed 1180591620717411303424 is out of range" in capsys.readouterr().err
 
 
+def test_an_empty_prompt_starts_from_the_end_of_text_token(run) -> None:
+    """A document's start, whatever the tokenizer's end-of-text id (a GPT-2-style BPE has it
+    last; id 0 is '!' there): here the byte tokenizer told that it is byte 10."""
+    loaded = load(run[0])
+    tok = loaded.data.dataset.tokenizer
+    tok.eot_id = 10  # (an instance attribute: this tokenizer only)
+    assert loaded.sample("", tokens=12, temperature=0) == \
+        loaded.sample("\n", tokens=12, temperature=0)
+
+
 def test_sample_streams_the_text_it_returns(run, capsys: pytest.CaptureFixture) -> None:
     """The pieces ``on_text`` gets, joined, begin the returned text (the same text as without
     them); ``snip sample`` prints the prompt, the pieces as they come, and the rest."""

@@ -185,7 +185,12 @@ def test_a_bf16_or_fp16_tensor_casts_to_every_format_as_ml_dtypes_does(carrier, 
             top = saturation(get_element(name), carrier)
             want = torch.where(torch.isnan(want), want, want.clamp(-top, top))
         assert_bits_equal(got.float(), want.to(carrier).float(), x.float())
+        if saturate:  # not circular: on the format's grid and within its max, whatever top is
+            finite = got[torch.isfinite(got)].float()
+            assert finite.abs().max() <= get_element(name).max_normal
+            assert torch.equal(cast(finite, name), finite)
     assert saturation(get_element("bf16"), torch.float16) == 65280.0
+    assert saturation(get_element("fp16"), torch.bfloat16) == 65280.0  # (65504 is not bf16)
     assert saturation(get_element("fp32"), torch.bfloat16) == torch.finfo(torch.bfloat16).max
     assert saturation(get_element("e4m3"), torch.float16) == 448.0
 

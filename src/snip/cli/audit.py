@@ -88,6 +88,9 @@ def _check_cadence(cfg: dict, out: Path, every: int) -> None:
 
     cfg_run, ckpt = _config(cfg, {"run.dir": str(out), "run.name": "reference"})
     steps = cfg_run.train.steps - (int(checkpoint.verify(ckpt)["step"]) if ckpt else 0)
+    if steps < 1:
+        raise UserError(f"--run {cfg['run']} is at the end of its schedule: nothing to audit; "
+                        "pass --train.steps N to continue it N steps")
     if every > steps:
         raise UserError(f"--every {every} is more than the {steps} steps the audit trains: "
                         "its trace would record no step; lower --every")
@@ -327,8 +330,10 @@ def _audit(args: argparse.Namespace, out: Path, trace, cfg: dict, rec_kw: dict,
            mask_name: str | None, earlier: list[str]) -> int:
     """The runs, the trace, the plots, the mask and the summary, under ``out``'s lock."""
     val: dict[str, float] = {}
+    runs: list[str] = []  # the run directories this audit trains
     if trace is None:
         recorder, val["fp32"] = _run(cfg, out, recorder_kw=rec_kw, threads=args.threads)
+        runs.append(_run_name(None))
         trace = recorder.trace(meta={"settings": cfg, "val_loss": val["fp32"]})
     elif "val_loss" in trace.meta:
         val["fp32"] = trace.meta["val_loss"]
@@ -339,6 +344,7 @@ def _audit(args: argparse.Namespace, out: Path, trace, cfg: dict, rec_kw: dict,
         if not args.no_measure:
             measured, val[fmt] = _run(cfg, out, fmt=fmt, policy=args.policy, recorder_kw=rec_kw,
                                       tile_size=trace.tile_size, threads=args.threads)
+            runs.append(_run_name(fmt))
         _plot(trace, fmt, measured, out / f"frozen_{fmt}.png")
         summary["formats"][fmt] = _format_summary(trace, fmt, measured)
     written = ["summary.json", "trace.npz", *(f"frozen_{f}.png" for f in trace.formats)]
@@ -351,13 +357,12 @@ def _audit(args: argparse.Namespace, out: Path, trace, cfg: dict, rec_kw: dict,
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     for fmt, s in summary["formats"].items():
         print(_plain(fmt, args.policy, s, val, trace.shapes))
-    runs = [d for d in ("reference", *(f"measured_{f}" for f in trace.formats))
-            if (out / d / "config.toml").is_file()]
     own = [*written, *(f"{d}/" for d in runs)]
     stale = [n for n in earlier if n not in own and (out / n).exists()]
     if stale:  # kept (a training run may name the old mask), but not passed off as this one's
-        print(f"note: {', '.join(str(out / n) for n in stale)} left from an earlier audit in "
-              f"{out} (not this one's outputs)")
+        shown = (str(out / n.rstrip("/")) + ("/" if n.endswith("/") else "") for n in stale)
+        print(f"note: {', '.join(shown)} left from an earlier audit in {out} (not this "
+              "one's outputs)")
     print(f"wrote {', '.join(str(out / w) for w in written)}"
           + (f"; run directories {', '.join(str(out / d) + '/' for d in runs)}" if runs else ""))
     return 0
@@ -373,7 +378,8 @@ def _earlier_outputs(out: Path) -> list[str]:
     if not isinstance(summary, dict):
         return []
     formats = summary.get("formats") or {}
-    names = [*(f"frozen_{f}.png" for f in formats), *(f"measured_{f}/" for f in formats)]
+    names = [*(f"frozen_{f}.png" for f in formats), "reference/",
+             *(f"measured_{f}/" for f in formats)]
     mask = summary.get("mask")
     if isinstance(mask, dict) and isinstance(mask.get("path"), str):
         names.append(Path(mask["path"]).name)

@@ -259,16 +259,20 @@ def _round_small_float(
     return _grid_round(t, mode, u) * _pow2_f32(e - fmt.mbits)
 
 
+_MANTISSA_BITS = {torch.float16: 10, torch.bfloat16: 7, torch.float32: 23}
+
+
 def saturation(fmt: ElementFormat, dtype: torch.dtype) -> float:
-    """What ``saturate=True`` clamps to for a result held in ``dtype``: ``fmt``'s max, or, where
-    ``dtype`` cannot hold that (bf16 held in fp16, fp32 in bf16), the largest value of ``fmt``'s
-    grid that it can: its max with the mantissa bits ``fmt`` lacks cleared (65280 for bf16 in
-    fp16; the bf16 max itself for fp32 in bf16)."""
-    top = torch.finfo(dtype).max
-    if fmt.max_normal <= top:
+    """What ``saturate=True`` clamps to for a result held in ``dtype``: the largest value on
+    both ``fmt``'s grid and ``dtype``'s, i.e. the smaller max rounded toward zero onto the
+    coarser mantissa: ``fmt``'s max where ``dtype`` holds it, 65280 for bf16 held in fp16 and
+    for fp16 held in bf16, the bf16 max for fp32 held in bf16."""
+    carrier = _MANTISSA_BITS.get(dtype)
+    if not fmt.is_float or carrier is None:  # (float64 holds every format's max exactly)
         return fmt.max_normal
+    top = min(fmt.max_normal, torch.finfo(dtype).max)
     bits = torch.tensor(top, dtype=torch.float32).view(torch.int32).item()
-    drop = 23 - fmt.mbits
+    drop = 23 - min(fmt.mbits, carrier)
     return torch.tensor(bits >> drop << drop, dtype=torch.int32).view(torch.float32).item()
 
 

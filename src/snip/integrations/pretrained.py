@@ -35,6 +35,7 @@ class HFWeights(Hook):
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        self.loaded = False
 
     def on_build(self, trainer: Trainer) -> None:
         if trainer.step_count != 0:  # resumed: the run's own checkpoint has the weights
@@ -46,10 +47,14 @@ class HFWeights(Hook):
                             f"gives {cfg.vocab_size}; pass the model's tokenizer "
                             "(--data.tokenizer FILE)")
         load_hf_dir(self.path, trainer.model)
+        self.loaded = True
 
     def on_start(self, trainer: Trainer) -> None:
-        if trainer.step_count == 0:
-            trainer.log.log("init_from_hf", 0, path=str(self.path.resolve()))
+        if trainer.step_count != 0:
+            return
+        if not self.loaded:  # attached after the Trainer was built: load now
+            self.on_build(trainer)
+        trainer.log.log("init_from_hf", 0, path=str(self.path.resolve()))
 
 
 def init_from_hf(path: str | Path, overrides: Mapping[str, Any]) -> tuple[dict[str, Any], Hook]:

@@ -77,7 +77,7 @@ class Loaded:
         if tok is None:
             raise UserError("this run was trained on pre-tokenized .bin data: there is no "
                               "tokenizer to turn text into tokens and back")
-        ids = tok.encode(prompt) or [0]
+        ids = tok.encode(prompt) or [tok.eot_id]  # no prompt: a document's start
         gen = torch.Generator(device=self.device).manual_seed(seed)
         x = torch.tensor([ids], device=self.device)
         self.model.eval()
@@ -107,8 +107,9 @@ class Loaded:
 
 @dataclass(frozen=True)
 class _Windows:
-    """``n`` strided validation batches, gathered anew on each pass over them: any number of
-    them evaluates in the memory of one (a list of a million batches would not fit)."""
+    """``n`` strided validation batches, gathered anew on each pass over them: the batches'
+    tokens are never all held at once (a list of a million batches did not fit; the window
+    starts, 8 bytes a window, and one loss a batch still are)."""
 
     data: Batches
     batch_size: int
