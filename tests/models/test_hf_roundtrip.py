@@ -179,6 +179,30 @@ def test_init_from_hf_whose_weights_fail_leaves_no_run(tiny: dict, tmp_path: Pat
                  "--train.steps=1"]) == 0  # the corrected command
 
 
+def test_hf_weights_attached_after_the_trainer_is_built_still_load(tiny: dict,
+                                                                   tmp_path: Path) -> None:
+    """The hook loads in ``on_build`` (before the run directory is made); appended to a built
+    Trainer's hooks it loads at the start instead, as it did before."""
+    from snip.integrations.pretrained import HFWeights, init_from_hf
+    from snip.models.hf import hf_dir_state, tiny_hf_model
+    from snip.train.loop import Trainer
+
+    hf_dir = tmp_path / "hf"
+    tiny_hf_model("llama", seed=3).save_pretrained(hf_dir)
+    values, _ = init_from_hf(hf_dir, {k: v for k, v in tiny.items() if k != "model.name"})
+    trainer = Trainer(from_sources(overrides={**values, "train.steps": 1}))
+    hook = HFWeights(hf_dir)
+    trainer.hooks.append(hook)
+    try:
+        trainer.run()
+    finally:
+        trainer.close()
+    assert hook.loaded
+    start, now = hf_dir_state(hf_dir), trainer.model.state_dict()
+    lr = from_sources(overrides=tiny).train.lr
+    assert max(float((now[k] - start[k]).abs().max()) for k in start) <= 3 * lr  # one step
+
+
 @pytest.mark.parametrize("override", [{"dist.strategy": "fsdp"},
                                       {"writeback.policy": "stochastic"}])
 def test_init_from_hf_refuses_what_it_does_not_support_yet(tmp_path: Path,
