@@ -84,10 +84,8 @@ def _check_numbers(args: argparse.Namespace) -> None:
 
 def _check_cadence(cfg: dict, out: Path, every: int) -> None:
     """``--every`` within the steps the runs will train (else the trace would hold none)."""
-    from snip.train import checkpoint
-
-    cfg_run, ckpt = _config(cfg, {"run.dir": str(out), "run.name": "reference"})
-    steps = cfg_run.train.steps - (int(checkpoint.verify(ckpt)["step"]) if ckpt else 0)
+    cfg_run, _, start = _config(cfg, {"run.dir": str(out), "run.name": "reference"})
+    steps = cfg_run.train.steps - start
     if steps < 1:
         raise UserError(f"--run {cfg['run']} is at the end of its schedule: nothing to audit; "
                         "pass --train.steps N to continue it N steps")
@@ -101,7 +99,8 @@ class Interrupted(Exception):
 
 
 def _config(cfg: dict, values: dict):
-    """The trainer config of an audit run, and the checkpoint it branches from (or None)."""
+    """The trainer config of an audit run, the checkpoint it branches from (or None) and that
+    checkpoint's step (0: from scratch)."""
     from snip.train import checkpoint, from_sources
 
     if "run" not in cfg:  # the audit's own settings on the embedded corpus
@@ -111,7 +110,7 @@ def _config(cfg: dict, values: dict):
                 "train.lr": cfg["lr"], "train.weight_decay": cfg["weight_decay"],
                 "train.warmup_steps": max(1, steps // 20), "train.min_lr_ratio": 0.1,
                 "seed": cfg["seed"], "precision.preset": "fp32"}
-        return from_sources(overrides={**base, **_cadence(steps), **values}), None
+        return from_sources(overrides={**base, **_cadence(steps), **values}), None, 0
     source = Path(cfg["run"])
     if (source / "meta.json").is_file():  # a checkpoint: continue its run from there
         ckpt = checkpoint.find(source, "--run")
@@ -119,13 +118,13 @@ def _config(cfg: dict, values: dict):
         saved = from_sources(overrides={"run.name": "probe"}, init_from=ckpt)
         total = step + cfg["steps"] if cfg["steps"] else saved.train.steps
         over = {**_cadence(total), "train.steps": total, **values}
-        return from_sources(overrides=over, init_from=ckpt), ckpt
+        return from_sources(overrides=over, init_from=ckpt), ckpt, step
     if not (source / "config.toml").is_file():
         raise UserError(f"--run {source} is neither a run directory (no config.toml) nor a "
                         "checkpoint")
     steps = cfg["steps"] or from_sources(source / "config.toml").train.steps
     over = {**_cadence(steps), "train.steps": steps, **values}
-    return from_sources(source / "config.toml", overrides=over), None
+    return from_sources(source / "config.toml", overrides=over), None, 0
 
 
 def _cadence(steps: int) -> dict:
@@ -157,7 +156,7 @@ def _run(cfg: dict, out: Path, *, fmt: str | None = None, policy: str = "rne",
         values |= {"writeback.format": fmt, "writeback.tile_size": tile_size}
     if threads:
         values["train.threads"] = threads
-    cfg_run, ckpt = _config(cfg, values)
+    cfg_run, ckpt, _ = _config(cfg, values)
     trainer = Trainer(cfg_run, init_from=ckpt, bf16_note=False)  # (audit has no accum flag)
     try:
         if fmt is None:

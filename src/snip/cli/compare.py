@@ -72,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
     if args.units < 0:
         raise UserError(f"--units {args.units} must be >= 0 (0: all bases)")
     existing = args.resume or args.summarize
+    # the options that define a sweep, given (None: not given; the default is Sweep's)
+    sized = {"steps": args.steps, "orders": args.orders, "eval_batches": args.eval_batches}
     definition = {"--base": args.base, "--arm": args.arm, "--steps": args.steps,
                   "--orders": args.orders, "--train.eval_batches": args.eval_batches,
                   "--precision.candidates": args.candidates}
@@ -87,10 +89,8 @@ def run(args: argparse.Namespace) -> int:
         # bases by absolute path: the sweep can be resumed from any working directory
         sweep = Sweep(bases=tuple(os.path.abspath(b) for b in args.base),
                       arms=tuple(parse_arms(args.arm)),
-                      steps=200 if args.steps is None else args.steps,
-                      orders=1 if args.orders is None else args.orders,
+                      **{k: v for k, v in sized.items() if v is not None},
                       reference=args.reference or "", gap=args.gap,
-                      eval_batches=32 if args.eval_batches is None else args.eval_batches,
                       candidates=",".join(split_names(args.candidates or [])),
                       out=args.out, threads=args.threads)
     hypotheses = Path(args.hypotheses) if args.hypotheses else None

@@ -34,10 +34,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from snip.cli.train import config_overrides
     from snip.errors import UserError
+    from snip.train.config import INT_LIMIT
     from snip.train.inference import load
 
-    if not -2**63 <= args.seed < 2**64:  # what torch's generators take
-        raise UserError(f"--seed {args.seed} is out of range (a 64-bit integer)")
+    if not -INT_LIMIT <= args.seed < INT_LIMIT:  # every integer option's bound (int64)
+        raise UserError(f"--seed {args.seed} is out of range (|x| < 2**63)")
     if args.tokens < 1 or not args.temperature >= 0 or args.top_k < 0:  # (NaN too)
         raise UserError(f"--tokens ({args.tokens}) must be >= 1, --temperature "
                         f"({args.temperature}) and --top-k ({args.top_k}) >= 0")

@@ -76,7 +76,7 @@ class Sweep:
 
     bases: tuple[str, ...]
     arms: tuple[Arm, ...]
-    steps: int
+    steps: int = 200
     orders: int = 1
     reference: str = ""
     gap: str = ""

@@ -113,8 +113,9 @@ class BPETokenizer:
         from tokenizers import decoders, models, pre_tokenizers, trainers
 
         # 256 byte symbols + the end-of-text token; ids are stored as uint16 on disk.
-        if not 257 <= vocab_size <= 65536:
-            raise UserError(f"vocab_size={vocab_size} must be in [257, 65536] for byte-level BPE")
+        if not 257 <= vocab_size <= MAX_VOCAB:
+            raise UserError(f"vocab_size={vocab_size} must be in [257, {MAX_VOCAB}] for "
+                            "byte-level BPE")
         tok = HFTokenizer(models.BPE())
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tok.decoder = decoders.ByteLevel()

@@ -28,6 +28,7 @@ NaN in gives NaN out, always -- also for formats with no NaN code, where ml_dtyp
 
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import dataclass
 
@@ -262,6 +263,7 @@ def _round_small_float(
 _MANTISSA_BITS = {torch.float16: 10, torch.bfloat16: 7, torch.float32: 23}
 
 
+@functools.cache
 def saturation(fmt: ElementFormat, dtype: torch.dtype) -> float:
     """What ``saturate=True`` clamps to for a result held in ``dtype``: the largest value on
     both ``fmt``'s grid and ``dtype``'s, i.e. the smaller max rounded toward zero onto the

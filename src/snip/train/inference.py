@@ -104,7 +104,6 @@ class Loaded:
         return tok.decode(x[0, len(ids):].tolist())
 
 
-
 @dataclass(frozen=True)
 class _Windows:
     """``n`` strided validation batches, gathered anew on each pass over them: the batches'
@@ -121,6 +120,7 @@ class _Windows:
 
     def __iter__(self) -> Iterator[Batch]:
         return self.data.eval_batches(self.batch_size, self.seq_len, self.n)
+
 
 def load(source: Path, overrides: Mapping[str, Any] | None = None,
          flag: str = "RUN", need_data: bool = True) -> Loaded:
