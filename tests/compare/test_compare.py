@@ -326,8 +326,8 @@ def test_bad_hypotheses_are_refused_before_anything_trains(base: Path, tmp_path:
               "--train.eval_batches", "2", "--out", str(out)]
     good = {"delta_min": 0.01, "hypotheses": [{"id": "h", "statement": "s",
                                                "contrasts": [["mxfp4", "bf16"]]}]}
-    cases = [(json.dumps([1, 2]), "not a hypotheses object"),
-             (b"\xff\xfe{", "not a JSON file"),
+    cases = [(json.dumps([1, 2]), "must hold a JSON object, not list"),
+             (b"\xff\xfe{", "not UTF-8 text"),
              (json.dumps({**good, "delta_min": -1}), "delta_min must be a number of nats > 0"),
              (json.dumps({"delta_min": 0.01, "hypotheses": {"id": "h"}}), "must be a list"),
              (json.dumps({"delta_min": 0.01, "hypotheses": [{"id": "h", "statement": "s",

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from snip import atomic
+from snip import atomic, jsonfile
 from snip.atomic import pid_alive
 from snip.compare.arms import Arm, Kind
 from snip.compare.halves import half_losses
@@ -667,20 +667,6 @@ def summarize(sweep: Sweep, reference: str | None = None, gap: str | None = None
     return s
 
 
-def read_hypotheses(path: Path, where: str) -> dict[str, Any]:
-    """A hypotheses file's JSON object (`UserError` naming ``where`` if it is none)."""
-    try:
-        d = json.loads(path.read_bytes().decode("utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"{where}: no such file") from None
-    except (OSError, ValueError) as e:  # (UnicodeDecodeError and JSONDecodeError included)
-        raise UserError(f"{where}: not a JSON file ({type(e).__name__}: {e})") from None
-    if not isinstance(d, dict):
-        raise UserError(f"{where}: not a hypotheses object ({{\"delta_min\": nats, "
-                        f"\"hypotheses\": [...]}})")
-    return d
-
-
 def hypotheses_of(d: dict[str, Any], where: str, sweep: Sweep) -> list[HypothesisSpec]:
     """The hypotheses of file ``d``, checked against ``sweep`` (its arms and random families)
     before any branch trains: a positive ``delta_min``, a list of well-formed hypotheses, and
@@ -710,11 +696,10 @@ def keep_hypotheses(path: Path, sweep: Sweep, write: bool = True) -> None:
     """Check the hypotheses file ``path`` (`hypotheses_of`) and that the sweep keeps none
     other, then (``write``) keep it as ``OUT/hypotheses.json``: a sweep's pre-registered
     hypotheses never change."""
-    where = f"--hypotheses {path}"
-    d = read_hypotheses(path, where)
-    hypotheses_of(d, where, sweep)
+    d = jsonfile.read_object(path, "--hypotheses")
+    hypotheses_of(d, f"--hypotheses {path}", sweep)
     kept = Path(sweep.out) / HYPOTHESES_FILE
-    if kept.is_file() and read_hypotheses(kept, str(kept)) != d:
+    if kept.is_file() and jsonfile.read_object(kept, "hypotheses file") != d:
         raise UserError(f"{kept} holds other hypotheses; a sweep's pre-registered hypotheses "
                         "do not change (use another --out)")
     if write:  # the file as the user wrote it
@@ -730,7 +715,7 @@ def _hypotheses(sweep: Sweep, results: dict, families: dict[str, list[str]]
     path = Path(sweep.out) / HYPOTHESES_FILE
     if not path.is_file():
         return [], {}
-    d = read_hypotheses(path, str(path))
+    d = jsonfile.read_object(path, "hypotheses file")
     specs = hypotheses_of(d, str(path), sweep)
     verdicts = evaluate_hypotheses(results, specs, float(d["delta_min"]), families)
     damage_arm = d.get("diagnostics", {}).get("damage_arm", "")
