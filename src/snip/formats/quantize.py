@@ -305,9 +305,8 @@ def encode(
 ) -> QTensor:
     """Quantize ``x`` into real packed storage; ``QTensor.dequantize()`` equals :func:`quantize`
     (with the same arguments)."""
-    check_float_tensor(x)
+    spec, mode, gen = _resolve(x, spec, rounding, generator)  # (a non-tensor: TypeError)
     x = x.detach()  # packed codes carry no gradient
-    spec, mode, gen = _resolve(x, spec, rounding, generator)
     shape, dtype = tuple(x.shape), x.dtype
     if x.numel() == 0:
         empty = torch.empty(0, dtype=torch.uint8, device=x.device)

@@ -112,13 +112,11 @@ def _model_for(run: RunData) -> Any:
     from snip.train.config import ModelSection
 
     section = run.config.get("model", {})
-    name = section.get("name")
-    if not name:
+    if not section.get("name"):
         return None
-    shape = {field: section[key] for key, field in ModelSection.SHAPE.items()
-             if isinstance(section.get(key), int) and section[key] > 0}
-    try:
-        return build_model(get_config(name, **shape), device="meta")
+    try:  # the section as training reads it (`ModelSection.shape`)
+        shape = ModelSection(**section).shape()
+        return build_model(get_config(section["name"], **shape), device="meta")
     except (KeyError, ValueError, TypeError, OSError, UserError):
         return None
 
